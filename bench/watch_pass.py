@@ -1,0 +1,151 @@
+"""Cost of one watch pass over the cycle-info files: cold (empty cache) vs warm (cache written by
+the previous pass).
+
+Upstream nvrx_watch re-reads and re-parses every cycle file on every pass (watch.md §9). nvrx
+keeps a per-chain cache keyed by (mtime, size, inode), so a pass over unchanged files should cost
+one lstat per file. Expectation: warm <= 0.2 x cold.
+
+Each pass is timed as a cron run does it (new CycleCache loaded from disk, clean heap). The OS
+page cache is warm for both passes (the files were just written), so what is measured is open +
+read + JSON parse + hostlist expansion versus lstat + cache lookup + rebuilding the records; on a
+shared filesystem, where every open and read is a network round trip, the gap is larger. The
+"floor" line is listing + lstat alone, which no stat-keyed cache can go below.
+
+Run:  .venv/bin/python bench/watch_pass.py [--files 10000] [--generations 100] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import glob
+import hashlib
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from nvrx.watch.cycles import CycleCache, ReadStats, read_cycles
+
+OLD_NS = 1_700_000_000 * 1_000_000_000  # settled files: outside the cache's racy window
+
+
+def populate(root: Path, files: int, generations: int) -> str:
+    """NVRx-format files spread over `generations` array jobs, as a chain leaves them on disk:
+    `<root>/nvrx/<array_job_id>/cycle_infos/cycle_info.<job>.<attempt>.<cycle>`, plus each
+    generation's `.current` symlink. Returns the chain-wide glob the watcher would use."""
+    per_gen = max(1, -(-files // generations))
+    written = 0
+    for g in range(generations):
+        if written >= files:
+            break
+        job = str(100_000 + g)
+        directory = root / "nvrx" / job / "cycle_infos"
+        directory.mkdir(parents=True)
+        last = ""
+        for i in range(min(per_gen, files - written)):
+            attempt, cycle = divmod(i, 10)
+            start = OLD_NS // 1_000_000_000 + g * 86_400 + i * 600
+            payload = {
+                "job_id": job,
+                "attempt_index": attempt,
+                "cycle_number": cycle,
+                "cycle_start_time": time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime(start)),
+                "cycle_end_time": time.strftime(
+                    "%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime(start + 590)
+                ),
+                "cycle_log_file": f"/w/logs/app_cycle{cycle}.log",
+                "active_nodes": "node[001-064]",
+                "standby_nodes": "node[065-068]",
+                "generation": "1",
+                "active_ranks": "0-63",
+            }
+            last = f"cycle_info.{job}.{attempt}.{cycle}"
+            path = directory / last
+            path.write_text(json.dumps(payload, indent=2))
+            os.utime(path, ns=(OLD_NS, OLD_NS))
+            written += 1
+        os.symlink(last, directory / f"cycle_info.{job}.current")
+        # Earlier generations' directories are old too: nothing was renamed into them since.
+        os.utime(directory, ns=(OLD_NS, OLD_NS))
+    return str(root / "nvrx" / "*" / "cycle_infos" / "cycle_info.*")
+
+
+@dataclass
+class Pass:
+    seconds: float
+    digest: str  # of the cycles read: cold and warm must agree
+    cycles: int
+    skipped: int
+    stats: ReadStats
+
+
+def timed_pass(pattern: str, cache_path: Path) -> Pass:
+    """One pass as a cron invocation does it (load the cache, read, save), timed from a clean
+    heap: each cron pass is a fresh process, and results of an earlier pass still alive here
+    would make the garbage collector, not the pass, dominate the measurement."""
+    gc.collect()
+    t0 = time.perf_counter()
+    found, skipped, stats = read_cycles([pattern], CycleCache(cache_path))
+    seconds = time.perf_counter() - t0
+    digest = hashlib.sha256(repr(found).encode()).hexdigest()
+    return Pass(seconds, digest, len(found), len(skipped), stats)
+
+
+def stat_floor(pattern: str) -> float:
+    """Seconds to list the directories and lstat every file, nothing else: what any cache keyed
+    on a file's stat must pay per pass, however it is implemented."""
+    gc.collect()
+    t0 = time.perf_counter()
+    for directory in glob.glob(os.path.dirname(pattern)):
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                entry.stat(follow_symlinks=False)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--files", type=int, default=10_000)
+    parser.add_argument("--generations", type=int, default=100)
+    parser.add_argument("--repeat", type=int, default=3, help="best of N for each measurement")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="nvrx-watch-bench-") as tmp:
+        root = Path(tmp)
+        pattern = populate(root, args.files, args.generations)
+        colds: list[Pass] = []
+        warms: list[Pass] = []
+        for run in range(args.repeat):
+            cache_path = root / "state" / f"cycles-cache-{run}.json"
+            colds.append(timed_pass(pattern, cache_path))
+            # A new CycleCache loads the file the cold pass wrote, as the next cron run would.
+            warms.append(timed_pass(pattern, cache_path))
+        floor = min(stat_floor(pattern) for _ in range(args.repeat))
+        cold = min(colds, key=lambda p: p.seconds)
+        warm = min(warms, key=lambda p: p.seconds)
+        same = len({p.digest for p in colds + warms}) == 1
+        ratio = warm.seconds / cold.seconds if cold.seconds else float("inf")
+        size = (root / "state" / "cycles-cache-0.json").stat().st_size
+
+        print(f"files: {args.files} in {args.generations} generation dirs; cycles: {cold.cycles}")
+        print(f"skipped per pass: {cold.skipped} (the .current symlinks)")
+        print(
+            f"cold (empty cache):  {cold.seconds * 1000:8.1f} ms   "
+            f"parsed={cold.stats.parsed} cached={cold.stats.cached}"
+        )
+        print(
+            f"warm (cache loaded): {warm.seconds * 1000:8.1f} ms   "
+            f"parsed={warm.stats.parsed} cached={warm.stats.cached}"
+        )
+        print(f"floor (list + lstat every file, no cache, no parse): {floor * 1000:.1f} ms")
+        print(f"cache file: {size / 1024:.0f} KiB; every pass read the same cycles: {same}")
+        print(f"warm / cold = {ratio:.3f} (best of {args.repeat} each)")
+        verdict = "holds" if ratio <= 0.2 else "does NOT hold"
+        print(f"expectation warm <= 0.2 x cold: {verdict}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""`nvrx submit-chain`: singleton job-array chains (pure core: shape, script; IO: submit)."""

@@ -1,0 +1,45 @@
+"""How submit-chain reports to people (the --json form is ChainReport.to_json)."""
+
+from __future__ import annotations
+
+import shlex
+
+from rich.console import Console
+
+from nvrx.chain.submit import ChainReport, shape_summary
+
+
+def print_report(report: ChainReport, out: Console, err: Console) -> None:
+    m = report.manifest
+    s = shape_summary(report.shape)
+
+    def say(text: str) -> None:
+        out.print(text, markup=False)
+
+    for argv in report.planned:
+        say(f"[dry-run] {shlex.join(argv)}")
+    if report.planned:
+        say(f"script (not written): {m.script}")
+    for note in report.notes:
+        say(note)
+    planned = not report.written
+    count = m.depth if planned else len(m.generations)
+    say(f"Chain {m.chain_id}: {count} generation(s) of {m.job_name!r} (singleton)")
+    say(
+        f"Array: {s['array']} ({s['train_tasks']} train + {s['hot_spares']} hot spare(s) "
+        f"running, {s['cold_spares']} cold spare(s) pending; {s['nodes_per_task']} node(s) "
+        "per task)"
+    )
+    say(f"Launcher: --nnodes {s['nnodes']}; world size {s['world_size']} GPUs")
+    if not planned:
+        say("Generations: " + (" ".join(f"{g.index}:{g.job_id}" for g in m.generations) or "none"))
+        if report.live is not None:
+            say(f"Queued or running: {' '.join(report.live) or 'none'}")
+        say(f"Manifest: {m.work_dir}/chain.json")
+        if report.action != "cancelled":
+            where = shlex.quote(m.work_dir)
+            say(f"Cancel it with: nvrx submit-chain --cancel --work-dir {where}")
+    if report.error:
+        err.print(f"nvrx: error: {report.error}", markup=False)
+        if report.finish_command:
+            err.print(f"finish the chain with: {shlex.join(report.finish_command)}", markup=False)

@@ -1,0 +1,1 @@
+"""`nvrx inject-loop`: fault-injection campaigns (pure core: pool, session replay; IO: run)."""

@@ -1,0 +1,322 @@
+"""One experiment's analysis, after its job has left Slurm: run validity, blinding, log and FR
+analysis, then scoring. Everything lands in the experiment's own `analysis/` directory (never a
+shared temp file), so any step can be re-run alone:
+
+    analysis/run_valid.txt          `true`/`false`, then `<kind>: <reason>` (what score reads)
+    analysis/stripped.log           the blinded log every analyser reads
+    analysis/log_attribution.txt    logsage's 5-field text   (+ .json)
+    analysis/fr_analysis.txt        upstream's FR table, or `no_dumps`   (+ .json)
+    analysis/verdict.json           the judge's verdict
+
+Analyzers are chosen by config (`inject.log_analyzer`, `inject.fr_analyzer`): the built-in ones
+need no torch, GPU or network; upstream's run as subprocesses where they are installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nvrx.config import NvrxConfig
+from nvrx.files import write_atomic
+from nvrx.inject.pool import PoolError
+from nvrx.inject.session import Record, Session
+from nvrx.score.evidence import Attribution, blind, decode_log, fr_ranks, run_validity
+from nvrx.score.load import (
+    ANALYSIS_DIR,
+    FR_ANALYSIS,
+    LOG_ATTRIBUTION,
+    RUN_VALID,
+    Shape,
+    experiment_case,
+    main_log,
+    record_truth,
+)
+from nvrx.score.model import Verdict
+
+STRIPPED_LOG = "stripped.log"
+VERDICT = "verdict.json"
+NO_DUMPS = "no_dumps"
+LOGSAGE_SCRIPT_ENV = "NVRX_LOGSAGE_SCRIPT"  # upstream's nvrx_logsage.py (a script, not a module)
+UPSTREAM_FR_MODULE = "nvidia_resiliency_ext.attribution.trace_analyzer.fr_attribution"
+
+# (analysis/ dir, blinded log path, blinded log text) -> (5-field text, JSON form)
+LogAnalyzer = Callable[[Path, str], tuple[str, dict[str, Any]]]
+# (checkpoints dir, pattern) -> (table text or `no_dumps`, JSON form)
+FrAnalyzer = Callable[[Path, str], tuple[str, dict[str, Any]]]
+# cases -> verdicts (the configured judges)
+Judge = Callable[[list[Any]], list[Verdict]]
+
+
+def _json(doc: Any) -> str:
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
+# --- analyzers ----------------------------------------------------------------------------------
+
+
+def builtin_log_analyzer(_: Path, text: str) -> tuple[str, dict[str, Any]]:
+    from nvrx.inject.logattr import attribute_log
+
+    result = attribute_log(text)
+    return result.text(), result.to_json()
+
+
+def builtin_fr_analyzer(checkpoints: Path, pattern: str) -> tuple[str, dict[str, Any]]:
+    from nvrx.inject import fr
+
+    if not checkpoints.is_dir():  # the workload never made it: nothing dumped
+        return NO_DUMPS, {"groups": [], "ranks": []}
+    result = fr.analyze_path(checkpoints, pattern)
+    if result.no_dumps:
+        return NO_DUMPS, fr.to_json(result)
+    return fr.table(result), fr.to_json(result)
+
+
+def _run(argv: list[str], cwd: Path, timeout: float, what: str) -> str:
+    try:
+        proc = subprocess.run(
+            argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise AnalysisError(f"{what} did not finish within {timeout:g} s") from None
+    except OSError as exc:
+        raise AnalysisError(f"{what} could not start: {exc.strerror}") from None
+    if proc.returncode != 0:
+        tail = " ".join(proc.stderr.strip().splitlines()[-1:])[:200]
+        raise AnalysisError(f"{what} exited {proc.returncode}: {tail}")
+    return proc.stdout
+
+
+def logsage_analyzer(script: Path, model: str, base_url: str, timeout: float) -> LogAnalyzer:
+    """Upstream's log analyser, read by substring (its stdout is a repr, inject-loop.md §9.1).
+    It runs in the experiment's analysis/ dir: its side-effect file lands there, not in a
+    shared temp dir where concurrent runs clobber each other."""
+
+    def analyze(analysis_dir: Path, _: str) -> tuple[str, dict[str, Any]]:
+        argv = [
+            sys.executable, str(script), "--log-path", str(analysis_dir / STRIPPED_LOG),
+            "--model", model, "--base_url", base_url, "--emit-stdout", "--exclude_nvrx_logs",
+        ]  # fmt: skip
+        text = _run(argv, analysis_dir, timeout, "logsage")
+        return text, attribution_json(text)
+
+    return analyze
+
+
+def upstream_fr_analyzer(timeout: float) -> FrAnalyzer:
+    def analyze(checkpoints: Path, pattern: str) -> tuple[str, dict[str, Any]]:
+        argv = [
+            sys.executable, "-m", UPSTREAM_FR_MODULE, "--fr-path", str(checkpoints),
+            "--emit-stdout", "-p", pattern,
+        ]  # fmt: skip
+        try:
+            text = _run(argv, checkpoints, timeout, "nvrx-fr").strip()
+        except AnalysisError:
+            text = ""  # upstream's rule: an error or empty output is `no_dumps`
+        ranks = sorted(fr_ranks(text))
+        return (text or NO_DUMPS), {"ranks": ranks, "source": "nvrx-fr"}
+
+    return analyze
+
+
+def attribution_json(text: str) -> dict[str, Any]:
+    a = Attribution.parse(text)
+    return {
+        "decision": a.decision,
+        "primary": a.primary,
+        "secondary": a.secondary,
+        "primary_ranks": sorted(a.primary_ranks),
+        "secondary_ranks": sorted(a.secondary_ranks),
+    }
+
+
+class AnalysisError(Exception):
+    """One analyser failed on one experiment; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Analyzers:
+    log: LogAnalyzer
+    fr: FrAnalyzer
+    log_name: str
+    fr_name: str
+    fr_pattern: str
+    shape: Shape
+
+    @classmethod
+    def from_config(cls, config: NvrxConfig, gpus_per_node: int) -> Analyzers:
+        """The configured analyzers; an external one that is not installed is an error now,
+        not at the first experiment's end."""
+        inj = config.inject
+        log: LogAnalyzer = builtin_log_analyzer
+        fr: FrAnalyzer = builtin_fr_analyzer
+        if inj.log_analyzer == "logsage":
+            script = os.environ.get(LOGSAGE_SCRIPT_ENV, "")
+            if not script or not Path(script).is_file():
+                raise PoolError(
+                    f"inject.log_analyzer=logsage needs {LOGSAGE_SCRIPT_ENV} set to upstream's "
+                    f"nvrx_logsage.py (got {script!r})"
+                )
+            log = logsage_analyzer(
+                Path(script),
+                inj.log_analysis_model or inj.llm_model,
+                inj.log_analysis_base_url or inj.llm_base_url,
+                inj.analysis_timeout,
+            )
+        if inj.fr_analyzer == "nvrx-fr":
+            if importlib.util.find_spec("nvidia_resiliency_ext") is None:
+                raise PoolError(
+                    "inject.fr_analyzer=nvrx-fr needs the nvidia-resiliency-ext package installed"
+                )
+            fr = upstream_fr_analyzer(inj.analysis_timeout)
+        return cls(
+            log,
+            fr,
+            inj.log_analyzer,
+            inj.fr_analyzer,
+            inj.fr_pattern,
+            Shape(gpus_per_node, config.score.segment_size),
+        )
+
+
+# --- one experiment -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExperimentAnalysis:
+    """What the journal keeps of one experiment's analysis (the files keep the rest)."""
+
+    index: int
+    validity: str
+    reason: str
+    decision: str | None = None
+    fr_ranks: tuple[int, ...] = ()
+    errors: tuple[str, ...] = ()
+    verdict: Verdict | None = None
+
+    def event(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "validity": self.validity,
+            "reason": self.reason,
+            "decision": self.decision,
+            "fr_ranks": list(self.fr_ranks),
+            "errors": list(self.errors),
+        }
+
+
+def analyse(record: Record, analyzers: Analyzers, judge: Judge) -> ExperimentAnalysis:
+    """Analyse and score one ended experiment, writing its analysis/ files. Never raises for
+    what one experiment's artifacts hold: failures are recorded and make the verdict unscored."""
+    out = record.dir / ANALYSIS_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    log_path = main_log(record.dir, record.job_id)
+    raw = decode_log(log_path.read_bytes()) if log_path is not None else None
+    validity = run_validity(raw)
+    write_atomic(
+        out / RUN_VALID,
+        f"{'true' if validity.run_valid else 'false'}\n{validity.kind}: {validity.reason}\n",
+    )
+    stripped = blind(raw or "")
+    write_atomic(out / STRIPPED_LOG, stripped)
+    errors: list[str] = []
+    decision: str | None = None
+    ranks: tuple[int, ...] = ()
+    if validity.run_valid:
+        try:
+            text, doc = analyzers.log(out, stripped)
+            write_atomic(out / LOG_ATTRIBUTION, text if text.endswith("\n") else text + "\n")
+            write_atomic(out / (LOG_ATTRIBUTION.removesuffix(".txt") + ".json"), _json(doc))
+            decision = Attribution.parse(text).decision
+        except Exception as exc:  # one analyser's failure is this experiment's, not the run's
+            (out / LOG_ATTRIBUTION).unlink(missing_ok=True)
+            errors.append(f"log analysis ({analyzers.log_name}): {exc}")
+        try:
+            table, doc = analyzers.fr(record.dir / "checkpoints", analyzers.fr_pattern)
+            write_atomic(out / FR_ANALYSIS, table if table.endswith("\n") else table + "\n")
+            write_atomic(out / (FR_ANALYSIS.removesuffix(".txt") + ".json"), _json(doc))
+            ranks = tuple(sorted(fr_ranks(table)))
+        except Exception as exc:
+            (out / FR_ANALYSIS).unlink(missing_ok=True)
+            errors.append(f"FR analysis ({analyzers.fr_name}): {exc}")
+    case = experiment_case(
+        record.case_id,
+        record.dir,
+        record_truth(record, analyzers.shape),
+        job_id=record.job_id,
+        job_state=record.state,
+        problem="; ".join(errors) or None,
+        raw_log=raw,
+    )
+    [verdict] = judge([case])
+    write_atomic(out / VERDICT, verdict.model_dump_json(indent=2, exclude_none=True) + "\n")
+    return ExperimentAnalysis(
+        record.index, validity.kind, validity.reason, decision, ranks, tuple(errors), verdict
+    )
+
+
+# --- the worker pool beside the scheduler --------------------------------------------------------
+
+
+class Analyst:
+    """Analyses experiments in worker threads while the campaign keeps scheduling. Results are
+    journalled by the caller's thread (`collect`), so the journal has one writer."""
+
+    def __init__(
+        self, session: Session, analyzers: Analyzers, judge: Judge, workers: int = 2
+    ) -> None:
+        self.session = session
+        self.analyzers = analyzers
+        self.judge = judge
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nvrx-analysis")
+        self.pending: dict[int, tuple[Record, Future[ExperimentAnalysis]]] = {}
+
+    def submit(self, record: Record) -> None:
+        if record.index not in self.pending:
+            future = self.pool.submit(analyse, record, self.analyzers, self.judge)
+            self.pending[record.index] = (record, future)
+
+    @property
+    def busy(self) -> int:
+        return len(self.pending)
+
+    def collect(self, *, block: bool = False) -> list[tuple[Record, ExperimentAnalysis]]:
+        """Journal the analyses that finished (all of them, when `block`)."""
+        if block and self.pending:
+            wait([f for _, f in self.pending.values()])
+        finished = []
+        for index, (record, future) in list(self.pending.items()):
+            if not future.done():
+                continue
+            del self.pending[index]
+            try:
+                result = future.result()
+            except Exception as exc:  # a bug or a full disk: an unscored row saying so
+                error = f"analysis failed: {type(exc).__name__}: {exc}"
+                failed = Verdict(
+                    case=record.case_id,
+                    status="unscored",
+                    judge="none",
+                    reason=error,
+                )
+                result = ExperimentAnalysis(index, "error", error, errors=(error,), verdict=failed)
+            dumped = (
+                result.verdict.model_dump(mode="json", exclude_none=True)
+                if result.verdict
+                else None
+            )
+            self.session.journal.append("analysed", **result.event(), verdict=dumped)
+            finished.append((record, result))
+        return finished
+
+    def close(self, *, cancel: bool = False) -> None:
+        self.pool.shutdown(wait=not cancel, cancel_futures=cancel)

@@ -1,0 +1,669 @@
+"""Built-in log attribution for fault-injection runs: deterministic, offline, no model.
+
+The stand-in for upstream's LLM-based logsage (inject-loop.md §9.1), which had no rule per crash
+type and called every one of them restartable. `attribute_log` reads one blinded `srun --label`
+main log and answers logsage's 5-field text (`LogAttribution.text`): the restart decision, an
+explanation, `Attribution: Primary issues: [...], Secondary issues: [...]`, a detail line (the
+evidence, by log line number) and whether a checkpoint was saved. Ground truth is never read: the
+input goes through `evidence.blind()` again here, so the injector's marker and CRITICAL lines (and
+the exception line naming NVRx's `InjectedException`) are gone whatever the caller did.
+
+Reading the log
+---------------
+
+    Rule              Read                                     Meaning
+    ----------------  ---------------------------------------  ---------------------------------
+    labels            `N: text`; from 10 tasks on padded       a line of rank N (srun's task id
+                      (` 1: text`)                             is the global rank)
+    system lines      `srun: ...`, `slurmstepd...`, even       srun's own view, never a rank's
+                      behind a rank label                      output
+    task exits        `srun: error: <node>: task(s) <list>:    how each task ended; <list> like
+                      <status>`                                `1`, `2-3`, `0-1,3`
+    teardown          `First task exited`, `task N: running`,  srun is killing tasks that did not
+                      `_step_signal: Terminating`, `Job step   end by themselves: a task `Killed`
+                      aborted`, `STEP ... CANCELLED`           after this hung, it was not SIGKILLed
+    collateral        `Watchdog caught collective operation    a healthy peer that waited for the
+                      timeout`, `Ranks missing from            root rank and took itself down
+                      collective` on a rank; its `terminate    (watchdog abort): a secondary issue,
+                      called ... c10::DistBackendError` and    never the root cause
+                      srun `Aborted` follow
+    named missing     `Ranks missing from collective ...:      a vote for rank N; with the note
+                      [N, ...]`                                `connection to rank(s) [N] lost`
+                                                               N's process had already exited
+    lost rank 0       `the collective coordinator (rank 0)     a vote for rank 0, the silent
+                      does not answer` / `is unreachable`;     coordinator: frozen as a whole
+                      peers losing the master or TCPStore      (`does not answer`) or gone
+    root rank         the named-missing rank with the earliest own evidence; else the most named
+                      (ties: the lowest); else the rank of the earliest non-collateral evidence.
+                      It is the primary issue; every other failing rank is a secondary one.
+
+Classifying the root rank (the first row that matches wins)
+-----------------------------------------------------------
+
+    Class         Evidence on the root rank                                          Decision
+    ------------  -----------------------------------------------------------------  --------
+    GPU_ERROR     `CUDA error`, `cudaError`, `device-side assert`, `illegal memory   STOP
+                  access`, a failed assertion in a `.cu` file, `Xid`
+    SIGINT        srun's status `Interrupt`, or a traceback ending in                RESTART
+                  `KeyboardInterrupt`
+    SIGNAL_EXC    a traceback whose last frame is a `raise` that the frame before    RESTART
+                  it does not call (entered between two lines: a signal handler),
+                  or whose function is named like a handler
+    WORKLOAD_EXC  a traceback whose last frame is a `raise` reached by ordinary      STOP
+                  calls, or any traceback with a visible exception line
+    ASYNC_EXC     a traceback ending on a line that is not a `raise` with no         STOP
+                  exception line: raised where nothing raises (the injected
+                  class's line is blinded away)
+    SEGFAULT      srun's `Segmentation fault`, `SIGSEGV`, `Fatal Python error:       STOP
+                  Segmentation fault`
+    OS_ABORT      srun's `Aborted`, `core dumped`, `SIGABRT`, on a rank that is not   STOP
+                  collateral (no watchdog timeout of its own)
+    SIGTERM       srun's `Terminated`                                                RESTART
+    SIGSTOP       srun's `Stopped`, `SIGSTOP`                                        RESTART
+    SIGKILL       srun's `Killed` before the teardown, or after peers saw its        STOP
+                  connection lost
+    LOCK_GIL      a `GIL` message (PyTorch's `possible GIL induced hang`), or rank   RESTART
+                  0 frozen as a whole (its coordinator thread does not answer)
+    GPU_SLEEP     named missing while connected and silent, ended only by srun's     RESTART
+                  teardown
+    CRASH         any other abnormal end (`Exited with exit code N`, bus error, a    STOP
+                  lost connection)
+    HANG          peers time out but name no rank: the root is unknown              RESTART
+
+Decisions follow the restart table (score.md §1): hangs and signals restart; crashes,
+exceptions and GPU errors stop. No error at all → `ERRORS NOT FOUND`; an empty log → `NO LOGS`.
+
+Limits, stated rather than guessed around: a GPU sleep, a GIL lock and a SIGSTOP all leave a
+non-zero rank silent but connected until srun kills it, so the log cannot tell them apart: such a
+hang is reported as a GPU hang. On rank 0 a coordinator that stops answering tells a whole-process
+freeze (reported as a GIL lock) from a GPU hang, but a SIGSTOP of rank 0 looks the same as a GIL
+lock. The detail field says so when it applies. An asynchronous exception whose exception line
+survives blinding reads as a workload exception.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any, Literal
+
+from nvrx.score.evidence import RESTART, STOP, blind, rank_mentions
+
+NO_LOGS = "NO LOGS"
+ERRORS_NOT_FOUND = "ERRORS NOT FOUND"
+
+FaultClass = Literal[
+    "GPU_ERROR", "GPU_SLEEP", "WORKLOAD_EXC", "ASYNC_EXC", "SIGNAL_EXC", "OS_ABORT",
+    "LOCK_GIL", "SEGFAULT", "SIGINT", "SIGKILL", "SIGTERM", "SIGSTOP", "CRASH", "HANG",
+]  # fmt: skip
+
+# Decision and the reason given in the explanation field, per class (score.md §1).
+DECISIONS: dict[str, tuple[str, str]] = {
+    "GPU_SLEEP": (RESTART, "a GPU hang is transient and recoverable"),
+    "LOCK_GIL": (RESTART, "a Python GIL hang is transient and recoverable"),
+    "SIGTERM": (RESTART, "an external termination signal is recoverable"),
+    "SIGINT": (RESTART, "an external interrupt signal is recoverable"),
+    "SIGSTOP": (RESTART, "an external stop signal is recoverable"),
+    "SIGNAL_EXC": (RESTART, "a signal-raised exception is typically recoverable"),
+    "HANG": (RESTART, "a collective hang is typically transient"),
+    "GPU_ERROR": (STOP, "a hardware GPU error may be persistent"),
+    "SIGKILL": (STOP, "a hard kill suggests external pressure or OOM"),
+    "SEGFAULT": (STOP, "a segmentation fault suggests code or memory corruption"),
+    "OS_ABORT": (STOP, "an abort suggests a severe system or library fault"),
+    "WORKLOAD_EXC": (STOP, "an uncaught application exception is likely a code bug"),
+    "ASYNC_EXC": (STOP, "an asynchronous exception in the workload is likely a code bug"),
+    "CRASH": (STOP, "a crash repeats on restart until its cause is fixed"),
+}
+
+# --- line grammar --------------------------------------------------------------------------------
+
+_LABEL = re.compile(r"^ *(\d+): ?(.*)$")
+_SYSTEM = re.compile(r"^(?:srun|slurmstepd)\b")
+_TASK_EXIT = re.compile(
+    r"^srun: error: (?P<node>[^:\s]+): tasks? (?P<tasks>[\d,\-]+): (?P<status>.+)$"
+)
+_TASK_RUNNING = re.compile(r"^srun: StepId=\S+ tasks? (?P<tasks>[\d,\-]+): running")
+_TEARDOWN = re.compile(
+    r"First task exited|_step_signal: Terminating|Job step aborted|STEP \S+ ON \S+ CANCELLED"
+    r"|StepId=\S+ tasks? [\d,\-]+: running"
+)
+_TIMEOUT = re.compile(
+    r"Watchdog caught collective operation timeout|Ranks missing from collective"
+    r"|collective operation timeout"
+)
+_MISSING = re.compile(r"Ranks missing from collective[^:]*:\s*\[([\d,\s]*)\]")
+_LOST = re.compile(r"connection to rank\(s\) \[([\d,\s]*)\] lost")
+_COORD_FROZEN = re.compile(r"coordinator \(rank 0\) does not answer")
+_COORD_GONE = re.compile(
+    r"coordinator \(rank 0\) is unreachable"
+    r"|(?:TCPStore|master|rendezvous)\b.*(?:connection (?:reset|refused|closed)|unreachable)",
+    re.IGNORECASE,
+)
+_CUDA = re.compile(
+    r"CUDA error|cudaError|device-side assert|illegal memory access|CUBLAS_STATUS"
+    r"|\.cu:\d+:.*Assertion .* failed|\bXid\b",
+)
+_GIL = re.compile(r"\bGIL\b|global interpreter lock", re.IGNORECASE)
+_SEGV_TEXT = re.compile(r"Fatal Python error: Segmentation fault|\bSIGSEGV\b")
+_ABORT_TEXT = re.compile(r"\(core dumped\)|\bSIGABRT\b|Fatal Python error: Aborted")
+_CHECKPOINT = re.compile(
+    r"successfully saved checkpoint|saved checkpoint (?:from|at|to)|checkpoint saved",
+    re.IGNORECASE,
+)
+_TB_START = "Traceback (most recent call last):"
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
+_CARET = re.compile(r"^\s*[\^~]+\s*$")
+_EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<msg>.*))?$")
+_EXC_NAME = re.compile(r"(?:Error|Exception|Interrupt|Exit|Fault|Failure|Timeout)$")
+_COLLATERAL_EXC = re.compile(
+    r"DistBackendError|collective operation timeout|Watchdog|NCCL communicator was aborted"
+)
+_HANDLER_NAME = re.compile(r"signal|handler|_sig", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """One log line that supports the attribution (1-based line number in the blinded log)."""
+
+    line: int
+    rank: int | None
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"line": self.line, "rank": self.rank, "text": self.text}
+
+
+@dataclass(frozen=True, slots=True)
+class Issue:
+    """One primary or secondary issue: the ranks it is about and its sentence."""
+
+    ranks: tuple[int, ...]
+    description: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ranks": list(self.ranks), "description": self.description}
+
+
+@dataclass(frozen=True)
+class LogAttribution:
+    decision: str  # RESTART IMMEDIATE | STOP - DONT RESTART IMMEDIATE | ERRORS NOT FOUND | NO LOGS
+    fault_class: FaultClass | None = None
+    root_rank: int | None = None
+    primary: tuple[Issue, ...] = ()
+    secondary: tuple[Issue, ...] = ()
+    collateral_ranks: tuple[int, ...] = ()
+    evidence: tuple[Evidence, ...] = ()
+    explanation: str = ""
+    detail: str = ""
+    checkpoint_saved: bool = False
+    rules: tuple[str, ...] = field(default=())
+
+    def text(self) -> str:
+        """logsage's 5 fields, newline-joined; a sentinel fills fields 1-4 (inject-loop §9.1)."""
+        saved = str(self.checkpoint_saved)
+        if self.decision in (NO_LOGS, ERRORS_NOT_FOUND):
+            return "\n".join([self.decision] * 4 + [saved])
+        primary = "; ".join(i.description for i in self.primary)
+        secondary = "; ".join(i.description for i in self.secondary)
+        attribution = f"Attribution: Primary issues: [{primary}], Secondary issues: [{secondary}]"
+        return "\n".join([self.decision, self.explanation, attribution, self.detail, saved])
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "analyzer": "nvrx-logattr",
+            "decision": self.decision,
+            "fault_class": self.fault_class,
+            "root_rank": self.root_rank,
+            "primary": [i.to_json() for i in self.primary],
+            "secondary": [i.to_json() for i in self.secondary],
+            "collateral_ranks": list(self.collateral_ranks),
+            "evidence": [e.to_json() for e in self.evidence],
+            "explanation": self.explanation,
+            "detail": self.detail,
+            "checkpoint_saved": self.checkpoint_saved,
+            "rules": list(self.rules),
+        }
+
+
+# --- parsing ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Line:
+    no: int
+    rank: int | None  # None: srun's / slurmstepd's own line, or an unlabelled line
+    text: str
+    system: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Frame:
+    file: str
+    func: str
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Traceback:
+    start: _Line
+    frames: tuple[_Frame, ...]
+    exc_type: str | None  # None: no exception line (blinded away, or the process died)
+    exc_message: str
+    lines: tuple[_Line, ...]  # its first line, the last frame and source, the exception line
+
+    @property
+    def collateral(self) -> bool:
+        """A peer's exception about a collective it gave up on, not a fault of its own."""
+        return _COLLATERAL_EXC.search(f"{self.exc_type or ''} {self.exc_message}") is not None
+
+
+@dataclass(frozen=True, slots=True)
+class _Exit:
+    line: _Line
+    status: str
+    after_teardown: bool
+
+
+@dataclass
+class _Facts:
+    """Everything the rules read, per rank and for the whole log."""
+
+    lines: list[_Line]
+    by_rank: dict[int, list[_Line]] = field(default_factory=dict)
+    exits: dict[int, _Exit] = field(default_factory=dict)
+    running_at_teardown: set[int] = field(default_factory=set)
+    timed_out: dict[int, _Line] = field(default_factory=dict)  # collateral: first timeout line
+    votes: Counter[int] = field(default_factory=Counter)
+    vote_lines: dict[int, _Line] = field(default_factory=dict)
+    lost: set[int] = field(default_factory=set)
+    coordinator_frozen: bool = False
+    tracebacks: dict[int, list[_Traceback]] = field(default_factory=dict)
+    cuda: dict[int, _Line] = field(default_factory=dict)
+    gil: dict[int, _Line] = field(default_factory=dict)
+    segv: dict[int, _Line] = field(default_factory=dict)
+    abort: dict[int, _Line] = field(default_factory=dict)
+    checkpoint_saved: bool = False
+
+
+MAX_TASKS = 1 << 20  # no job has more ranks; a bigger range in a log is garbage, not a job
+
+
+def _task_list(spec: str) -> list[int]:
+    out: list[int] = []
+    for part in spec.split(","):
+        low, _, high = part.partition("-")
+        if low.isdigit() and (not high or high.isdigit()):
+            first, last = int(low), int(high or low)
+            if last - first < MAX_TASKS and last < MAX_TASKS:
+                out.extend(range(first, last + 1))
+    return out
+
+
+def _int_list(spec: str) -> list[int]:
+    return [int(n) for n in re.findall(r"\d+", spec)]
+
+
+def _split(text: str) -> list[_Line]:
+    lines = []
+    for no, raw in enumerate(text.splitlines(), start=1):
+        m = _LABEL.match(raw)
+        rank, body = (int(m.group(1)), m.group(2)) if m else (None, raw)
+        system = _SYSTEM.match(body) is not None
+        lines.append(_Line(no, None if system else rank, body, system))
+    return lines
+
+
+def _tracebacks(stream: list[_Line]) -> list[_Traceback]:
+    """Tracebacks in one rank's own lines (other ranks' lines interleave in the log)."""
+    found = []
+    i = 0
+    while i < len(stream):
+        if stream[i].text.strip() != _TB_START:
+            i += 1
+            continue
+        start, i = stream[i], i + 1
+        frames: list[_Frame] = []
+        last: list[_Line] = []
+        while i < len(stream) and (m := _FRAME.match(stream[i].text)) is not None:
+            last, source = [stream[i]], ""
+            i += 1
+            if i < len(stream) and stream[i].text[:1] == " " and not _FRAME.match(stream[i].text):
+                source = stream[i].text.strip()
+                last.append(stream[i])
+                i += 1
+            while i < len(stream) and _CARET.match(stream[i].text):
+                i += 1
+            frames.append(_Frame(m.group("file"), m.group("func"), source))
+        exc_type, message = None, ""
+        if i < len(stream) and (m := _EXC_LINE.match(stream[i].text.strip())) is not None:
+            name = m.group("type")
+            if _EXC_NAME.search(name) or "." in name or m.group("msg"):
+                exc_type, message = name, m.group("msg") or ""
+                last.append(stream[i])
+                i += 1
+        found.append(_Traceback(start, tuple(frames), exc_type, message, (start, *last)))
+    return found
+
+
+def _facts(text: str) -> _Facts:
+    facts = _Facts(_split(text))
+    teardown = False
+    for line in facts.lines:
+        body = line.text
+        if line.system:
+            teardown = teardown or _TEARDOWN.search(body) is not None
+            if m := _TASK_RUNNING.match(body):
+                facts.running_at_teardown.update(_task_list(m.group("tasks")))
+            if m := _TASK_EXIT.match(body):
+                for task in _task_list(m.group("tasks")):
+                    facts.exits.setdefault(task, _Exit(line, m.group("status").strip(), teardown))
+            continue
+        facts.checkpoint_saved = facts.checkpoint_saved or _CHECKPOINT.search(body) is not None
+        if line.rank is None:
+            continue
+        rank = line.rank
+        facts.by_rank.setdefault(rank, []).append(line)
+        if _TIMEOUT.search(body):
+            facts.timed_out.setdefault(rank, line)
+        missing = _MISSING.search(body)
+        named = _int_list(missing.group(1)) if missing else []
+        if _COORD_GONE.search(body) and rank != 0:
+            facts.lost.add(0)  # its connection closed or refused: rank 0's process is gone
+            if missing is None:
+                named = [0]  # a peer lost the master: rank 0 went silent
+        for r in named:
+            facts.votes[r] += 1
+            facts.vote_lines.setdefault(r, line)
+        if m := _LOST.search(body):
+            facts.lost.update(_int_list(m.group(1)))
+        facts.coordinator_frozen = facts.coordinator_frozen or bool(_COORD_FROZEN.search(body))
+        for pattern, table in (
+            (_CUDA, facts.cuda),
+            (_GIL, facts.gil),
+            (_SEGV_TEXT, facts.segv),
+            (_ABORT_TEXT, facts.abort),
+        ):
+            if pattern.search(body):
+                table.setdefault(rank, line)
+    for rank, stream in facts.by_rank.items():
+        if tbs := _tracebacks(stream):
+            facts.tracebacks[rank] = tbs
+    return facts
+
+
+# --- the rules ----------------------------------------------------------------------------------
+
+
+def _is_collateral(facts: _Facts, rank: int) -> bool:
+    """A rank that waited for a peer (watchdog timeout) or died of a collateral exception."""
+    if rank in facts.timed_out:
+        return True
+    tbs = facts.tracebacks.get(rank, [])
+    return bool(tbs) and all(tb.collateral for tb in tbs)
+
+
+def _own_tracebacks(facts: _Facts, rank: int) -> list[_Traceback]:
+    return [tb for tb in facts.tracebacks.get(rank, []) if not tb.collateral]
+
+
+def _own_evidence(facts: _Facts, rank: int) -> list[_Line]:
+    """The rank's own fault evidence, in log order: never a collateral rank's end (its watchdog
+    abort, or srun killing it), which is a consequence of someone else's fault."""
+    found = [t[rank] for t in (facts.cuda, facts.gil, facts.segv, facts.abort) if rank in t]
+    found += [tb.start for tb in _own_tracebacks(facts, rank)]
+    exit_ = facts.exits.get(rank)
+    if exit_ is not None and not _is_collateral(facts, rank):
+        found.append(exit_.line)
+    return sorted(found, key=lambda line: line.no)
+
+
+def _root(facts: _Facts) -> tuple[int | None, str]:
+    """The first failing rank, and the rule that chose it."""
+    if facts.votes:
+        evidenced = [(ev[0].no, r) for r in facts.votes if (ev := _own_evidence(facts, r))]
+        if evidenced:
+            return min(evidenced)[1], "root: named missing by its peers, earliest own evidence"
+        top = max(facts.votes.values())
+        return min(r for r, n in facts.votes.items() if n == top), (
+            "root: the rank its peers name missing most often"
+        )
+    candidates = [
+        (ev[0].no, r)
+        for r in sorted(set(facts.by_rank) | set(facts.exits))
+        if not _is_collateral(facts, r) and (ev := _own_evidence(facts, r))
+    ]
+    if candidates:
+        return min(candidates)[1], "root: the earliest non-collateral evidence"
+    return None, "root: none"
+
+
+def _called(caller: _Frame, callee: _Frame) -> bool:
+    """Whether the caller's line calls the callee (by name); unknown counts as called."""
+    if callee.func.startswith("<") or not caller.source:
+        return True  # <module>, <lambda>, comprehensions, no source: cannot tell
+    return re.search(rf"\b{re.escape(callee.func)}\s*\(", caller.source) is not None
+
+
+def _classify_traceback(tb: _Traceback) -> tuple[FaultClass, str]:
+    last = tb.frames[-1] if tb.frames else None
+    where = f" in {last.func} ({PurePosixPath(last.file).name})" if last else ""
+    if tb.exc_type is not None and tb.exc_type.endswith("KeyboardInterrupt"):
+        return "SIGINT", "the traceback ends in KeyboardInterrupt"
+    if last is not None and last.source.startswith("raise"):
+        caller = tb.frames[-2] if len(tb.frames) >= 2 else None
+        if (caller is not None and not _called(caller, last)) or _HANDLER_NAME.search(last.func):
+            return "SIGNAL_EXC", (
+                f"raised{where}, a frame its caller's line `{caller.source if caller else ''}` "
+                "does not call: a signal handler interrupted it"
+            )
+        return "WORKLOAD_EXC", f"raised{where} by the training code"
+    if tb.exc_type is None and last is not None:
+        return "ASYNC_EXC", (
+            f"it surfaced{where} at `{last.source}`, a line that raises nothing, with no "
+            "exception line: raised asynchronously into the main thread"
+        )
+    return "WORKLOAD_EXC", f"uncaught {tb.exc_type or 'exception'}{where}"
+
+
+def _classify(facts: _Facts, root: int) -> tuple[FaultClass, str, list[_Line]]:
+    """(class, why, evidence lines) for the root rank: the first matching row of the table."""
+    exit_ = facts.exits.get(root)
+    status = exit_.status if exit_ else ""
+    said = f"srun reports task {root}: {status}"
+    ends = [exit_.line] if exit_ else []
+    tbs = _own_tracebacks(facts, root)
+    if root in facts.cuda:
+        cuda = [facts.cuda[root]]
+        cuda += [tb.lines[-1] for tb in tbs if tb.exc_type and _CUDA.search(tb.exc_message)]
+        return "GPU_ERROR", f"first seen at log line {cuda[0].no}", cuda + ends
+    if status.startswith("Interrupt"):
+        return "SIGINT", said, [*(tbs[0].lines if tbs else ()), *ends]
+    if tbs:
+        fault, why = _classify_traceback(tbs[0])
+        return fault, why, [*tbs[0].lines, *ends]
+    if "Segmentation fault" in status or root in facts.segv:
+        return "SEGFAULT", said if status else "SIGSEGV", ends or [facts.segv[root]]
+    if status.startswith("Aborted") or root in facts.abort:
+        why = (said if status else "SIGABRT") + ", without a watchdog timeout of its own"
+        return "OS_ABORT", why, ends or [facts.abort[root]]
+    if status.startswith("Terminated"):
+        return "SIGTERM", said, ends
+    if status.startswith("Stopped") or "SIGSTOP" in status:
+        return "SIGSTOP", said, ends
+    hung = root not in facts.lost and (
+        root in facts.running_at_teardown
+        or (exit_ is not None and exit_.after_teardown)
+        or (exit_ is None and root in facts.votes)
+    )
+    if status.startswith("Killed") and not hung:
+        return "SIGKILL", f"{said}, while its peers still ran", ends
+    if hung or (root == 0 and facts.coordinator_frozen):
+        named = [facts.vote_lines[root]] if root in facts.vote_lines else []
+        if root in facts.gil:
+            return (
+                "LOCK_GIL",
+                f"a GIL message at log line {facts.gil[root].no}",
+                [
+                    facts.gil[root],
+                    *ends,
+                ],
+            )
+        if root == 0 and facts.coordinator_frozen:
+            why = "its collective coordinator thread stopped answering too: the process froze"
+            return "LOCK_GIL", why, named + ends
+        why = (
+            "its peers name it missing from the collective while it stays connected; it ends "
+            "only when srun tears the step down"
+        )
+        return "GPU_SLEEP", why, named + ends
+    if exit_ is not None:
+        return "CRASH", said, ends
+    return "CRASH", "its peers lost the connection to it: the process exited", []
+
+
+# The primary issue's words per class: they name the fault (evidence.FAULT_WORDS' specific words).
+_PRIMARY: dict[str, str] = {
+    "GPU_ERROR": "CUDA error (GPU error on the rank's device), which crashed the rank",
+    "GPU_SLEEP": "GPU hang: the rank stopped making progress, silent but still connected, while "
+    "its peers timed out waiting for it",
+    "LOCK_GIL": "Python hang holding the GIL (global interpreter lock)",
+    "SIGSTOP": "process suspended by SIGSTOP (stopped by signal)",
+    "SIGTERM": "terminated by SIGTERM (termination signal)",
+    "SIGINT": "interrupted by SIGINT (KeyboardInterrupt)",
+    "SIGKILL": "Killed (SIGKILL): the process died at once, without a traceback",
+    "SEGFAULT": "Segmentation fault (SIGSEGV): the process crashed without a traceback",
+    "OS_ABORT": "aborted (SIGABRT, os.abort) on its own, before any collective timeout",
+    "WORKLOAD_EXC": "uncaught exception in the training loop (Traceback)",
+    "ASYNC_EXC": "asynchronous exception raised into the main thread (Traceback)",
+    "SIGNAL_EXC": "signal exception: an exception raised from a signal handler (Traceback)",
+    "CRASH": "crashed",
+}
+
+# Text that would change how `evidence.Attribution.parse` reads the fields if quoted from the log.
+_SENTINELS = re.compile(
+    r"STOP - DONT RESTART IMMEDIATE|RESTART IMMEDIATE|ERRORS NOT FOUND|NO LOGS|LLM FAILURE"
+    r"|Primary issues:|Secondary issues:"
+)
+
+
+def _defuse(text: str) -> str:
+    return _SENTINELS.sub(lambda m: m.group(0).lower(), text)
+
+
+def _clean(text: str) -> str:
+    """Issue text: one line, `[...]` replaced (the judge balances brackets), no sentinels."""
+    return _defuse(" ".join(text.replace("[", "(").replace("]", ")").split()))
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    return "ranks " + ", ".join(str(r) for r in ranks)
+
+
+def _primary(fault: FaultClass, root: int, why: str) -> Issue:
+    words = _PRIMARY[fault]
+    for text in (f"rank {root}: {words}; {why}", f"rank {root}: {words}"):
+        text = _clean(text)
+        if rank_mentions(text) == {root}:  # quoted code must not name another rank
+            return Issue((root,), text)
+    return Issue((root,), f"rank {root}: {fault}")  # pragma: no cover - words name no rank
+
+
+def _secondary(facts: _Facts, root: int | None) -> tuple[list[Issue], list[int]]:
+    collateral = sorted(r for r in facts.timed_out if r != root)
+    issues = []
+    if collateral:
+        waited = f" waiting for rank {root}" if root is not None else ""
+        issues.append(
+            Issue(
+                tuple(collateral),
+                f"{_ranks_text(collateral)}: collective timeout (watchdog){waited}, then a "
+                "flight-recorder dump and a collateral abort",
+            )
+        )
+    by_status: dict[str, list[int]] = {}
+    for r, e in sorted(facts.exits.items()):
+        if r != root and r not in facts.timed_out:
+            by_status.setdefault(e.status, []).append(r)
+    for status, ranks in by_status.items():
+        issues.append(Issue(tuple(ranks), _clean(f"{_ranks_text(ranks)}: task ended ({status})")))
+    return issues, collateral
+
+
+def _evidence(lines: list[_Line]) -> tuple[Evidence, ...]:
+    seen = {line.no: Evidence(line.no, line.rank, line.text.strip()) for line in lines}
+    return tuple(seen[n] for n in sorted(seen))
+
+
+def _detail(evidence: tuple[Evidence, ...], note: str = "") -> str:
+    parts = [f"line {e.line}: {e.text}" for e in evidence]
+    if note:
+        parts.append(f"note: {note}")
+    return _defuse(" | ".join(parts))
+
+
+def attribute_log(text: str) -> LogAttribution:
+    """Attribute one blinded `srun --label` main log (the rules: the module docstring)."""
+    text = blind(text)
+    if not text.strip():
+        return LogAttribution(NO_LOGS, rules=("empty log",))
+    facts = _facts(text)
+    root, root_rule = _root(facts)
+    if root is None:
+        if facts.timed_out:
+            return _hang_without_root(facts)
+        return LogAttribution(
+            ERRORS_NOT_FOUND, checkpoint_saved=facts.checkpoint_saved, rules=("no errors",)
+        )
+    fault, why, lines = _classify(facts, root)
+    if root in facts.vote_lines:
+        lines.append(facts.vote_lines[root])
+    secondary, collateral = _secondary(facts, root)
+    decision, reason = DECISIONS[fault]
+    note = ""
+    if fault == "GPU_SLEEP" and root != 0:
+        note = (
+            "a GPU sleep, a GIL lock and a SIGSTOP leave a non-zero rank equally silent; "
+            "this log cannot tell them apart"
+        )
+    elif fault == "LOCK_GIL" and root not in facts.gil:
+        note = "a SIGSTOP of rank 0 would look the same in this log"
+    evidence = _evidence(lines)
+    return LogAttribution(
+        decision=decision,
+        fault_class=fault,
+        root_rank=root,
+        primary=(_primary(fault, root, why),),
+        secondary=tuple(secondary),
+        collateral_ranks=tuple(collateral),
+        evidence=evidence,
+        explanation=f"{fault} on rank {root}: {reason}.",
+        detail=_detail(evidence, note),
+        checkpoint_saved=facts.checkpoint_saved,
+        rules=(root_rule, f"class: {fault}"),
+    )
+
+
+def _hang_without_root(facts: _Facts) -> LogAttribution:
+    """Peers time out but nothing names the rank they waited for."""
+    ranks = sorted(facts.timed_out)
+    primary = Issue(
+        tuple(ranks),
+        f"{_ranks_text(ranks)}: collective timeout (watchdog hang); the log does not name the "
+        "rank that stopped contributing",
+    )
+    decision, reason = DECISIONS["HANG"]
+    evidence = _evidence([facts.timed_out[r] for r in ranks][:4])
+    return LogAttribution(
+        decision=decision,
+        fault_class="HANG",
+        primary=(primary,),
+        evidence=evidence,
+        explanation=f"HANG: {reason}.",
+        detail=_detail(evidence),
+        checkpoint_saved=facts.checkpoint_saved,
+        rules=("root: none named", "class: HANG"),
+    )

@@ -1,0 +1,139 @@
+"""From the shared config to a campaign: the workload, its pool and the jobs' sbatch shape."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from nvrx.config import LoadedConfig
+from nvrx.inject.pool import Pool, PoolError, build_pool, pool_entries
+from nvrx.inject.run import SITE_VARIABLES, CampaignSpec, experiment_options, record_session
+from nvrx.inject.session import Record, Session, SessionState
+from nvrx.inject.workloads import Workload, find_workload, load_registry
+from nvrx.slurm import Slurm
+
+
+@dataclass(frozen=True)
+class Plan:
+    workload: Workload
+    spec: CampaignSpec
+    pool: Pool
+    pool_source: str
+
+
+def gpus_per_node(loaded: LoadedConfig, workload: Workload) -> int:
+    """The workload's ranks per node unless GPUS_PER_NODE (or the config) said otherwise."""
+    if loaded.origins["slurm.gpus_per_node"].layer != "default" or workload.gpus_per_node is None:
+        return loaded.config.slurm.gpus_per_node
+    return workload.gpus_per_node
+
+
+def make_plan(
+    loaded: LoadedConfig, *, allow_duplicates: bool = False, extra_args: Sequence[str] = ()
+) -> Plan:
+    cfg = loaded.config.inject
+    workload = find_workload(cfg.workload, load_registry(cfg.workloads_file))
+    gpn = gpus_per_node(loaded, workload)
+    source = cfg.pool or workload.pool or "default"
+    pool = build_pool(
+        pool_entries(source),
+        gpus_per_node=gpn,
+        min_nodes=workload.min_nodes,
+        workload=workload.name,
+        allow_duplicates=allow_duplicates,
+    )
+    script = cfg.sbatch_script or workload.script
+    if script is None:
+        raise PoolError(
+            f"workload {workload.name} has no sbatch script: set inject.sbatch_script "
+            "(--sbatch-script, SBATCH_SCRIPT)"
+        )
+    script = Path(script).expanduser().resolve()
+    if not script.is_file():
+        raise PoolError(f"sbatch script {script} not found (workload {workload.name})")
+    site = {
+        name: str(value)
+        for name, value in (
+            ("MEGATRON_REPO_HOST_PATH", cfg.megatron_repo_host_path),
+            ("CONTAINER_IMAGE", cfg.container_image),
+            ("SHARED_TMP_BASE_DIR", cfg.shared_tmp_base_dir),
+            ("WORKSPACE_HOST_PATH", cfg.workspace_host_path),
+            ("ENABLE_NFS_CACHE_STAGING", "1" if cfg.enable_nfs_cache_staging else "0"),
+            ("NFS_TRITON_CACHE", cfg.nfs_triton_cache),
+            ("NFS_INDUCTOR_CACHE", cfg.nfs_inductor_cache),
+        )
+        if value is not None and value != ""
+    }
+    assert set(site) <= set(SITE_VARIABLES)
+    spec = CampaignSpec(
+        workload=workload.name,
+        script=str(script),
+        gpus_per_node=gpn,
+        time_limit=workload.time
+        if loaded.origins["inject.time_limit"].layer == "default" and workload.time
+        else cfg.time_limit,
+        partition=loaded.config.slurm.partition,
+        account=loaded.config.slurm.account,
+        fault_delay=cfg.fault_delay,
+        exports={**site, **workload.env},
+        extra_args=tuple(extra_args),
+    )
+    return Plan(workload, spec, pool, source)
+
+
+def planned_commands(plan: Plan, slurm: Slurm, base: Path) -> list[list[str]]:
+    """Every experiment's sbatch command line, validated, before anything is written (the
+    session directory's name is a placeholder)."""
+    probe = Session(base / "fault_injection" / "SESSION")
+    return [
+        slurm.sbatch_argv(
+            experiment_options(plan.spec, probe, Record(i, e, probe.dir / e.dir_name)),
+            script=Path(plan.spec.script),
+        )
+        for i, e in enumerate(plan.pool.experiments)
+    ]
+
+
+def start_session(
+    plan: Plan,
+    loaded: LoadedConfig,
+    argv: Sequence[str],
+    base: Path | None = None,
+    batch_size: int | None = None,
+) -> Session:
+    """A new session directory (under `base`, default inject.base_experiments_dir) with the
+    campaign, its batch size (default inject.batch_size) and its experiments journalled."""
+    cfg = loaded.config.inject
+    session = Session.create(base or Path(cfg.base_experiments_dir))
+    record_session(
+        session,
+        plan.spec,
+        plan.pool.experiments,
+        pool_source=plan.pool_source,
+        settings={k: {"value": v, "source": str(o)} for k, v, o in loaded.rows()},
+        argv=argv,
+        batch_size=batch_size or cfg.batch_size,
+    )
+    return session
+
+
+def rerun_plan(old: Path, state: SessionState, entries: Sequence[str]) -> Plan:
+    """A plan of `entries` with the OLD session's recorded campaign (`state`, its journal): the
+    same workload, script, shape, time limit and exports (a re-run that changed them would not
+    compare)."""
+    try:
+        spec = CampaignSpec.from_json(state.info["spec"])
+    except (KeyError, TypeError) as exc:
+        raise PoolError(f"{old}: its journal does not record the campaign ({exc})") from None
+    workload = Workload(
+        name=spec.workload, script=Path(spec.script), gpus_per_node=spec.gpus_per_node
+    )
+    pool = build_pool(
+        entries,
+        gpus_per_node=spec.gpus_per_node,
+        min_nodes=1,
+        workload=spec.workload,
+        allow_duplicates=True,
+    )
+    return Plan(workload, spec, pool, f"rerun-failing {old}")

@@ -1,0 +1,360 @@
+"""Pure readings of the judge's inputs: the restart table, the blinded log excerpt, the FR
+missing-rank table and its scope, and the attribution text (reference: score.md §1, §2, §6 and
+inject-loop.md §8, §9). Shared by the rules judge, the LLM prompt and the answer normaliser.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from nvrx.inject.pool import FaultType
+from nvrx.score.model import GroundTruth
+
+RESTART = "RESTART IMMEDIATE"
+STOP = "STOP - DONT RESTART IMMEDIATE"
+
+# Expected restart decision per fault type, with the reason given to the judge (score.md §1).
+RESTART_TABLE: dict[FaultType, tuple[str, str]] = {
+    FaultType.GPU_SLEEP: (RESTART, "transient GPU hang, recoverable"),
+    FaultType.LOCK_GIL: (RESTART, "transient Python GIL hang, recoverable"),
+    FaultType.SIGTERM: (RESTART, "external termination signal, recoverable"),
+    FaultType.SIGINT: (RESTART, "external interrupt signal, recoverable"),
+    FaultType.SIGSTOP: (RESTART, "external stop signal, recoverable"),
+    FaultType.SIGNAL_EXC: (RESTART, "signal-raised exception, typically recoverable"),
+    FaultType.GPU_ERROR: (STOP, "hardware GPU error, may be persistent"),
+    FaultType.SIGKILL: (STOP, "hard kill, possibly external pressure or OOM"),
+    FaultType.SEGFAULT: (STOP, "segmentation fault, likely code or memory corruption"),
+    FaultType.OS_ABORT: (STOP, "OS abort, likely severe system or hardware fault"),
+    FaultType.WORKLOAD_EXC: (STOP, "application exception, likely a code bug"),
+    FaultType.ASYNC_EXC: (STOP, "asynchronous exception in the workload, likely a code bug"),
+}
+
+# --- the log: blinding and the judge's excerpt --------------------------------------------------
+
+EXCERPT_LINES = 400
+
+# Ground truth in text: Megatron's marker, the stale `[MEGATRON_FAULT]` marker, and the
+# injector's own logger lines (inject-loop.md §7, §8).
+# Also the injector's frames in tracebacks (`.../shared_utils/inject_fault.py`).
+_MARKER = re.compile(
+    r"FAULT INJECTION|\[MEGATRON_FAULT\]|nvidia_resiliency_ext[./]shared_utils[./]inject_fault"
+)
+# The exception class the injector raises names the fault as plainly as the marker: replaced,
+# not dropped, so a traceback keeps its shape (`raise <exception>`).
+_INJECTED_CLASS = re.compile(r"\bInjectedException\b")
+BLINDED_CLASS = "<exception>"
+
+
+# An experiment directory's name spells its ground truth (`n2_SEGFAULT_r1_i3`), and logs quote it
+# in paths (the FR dump path, --output): blinded like the markers.
+_EXPERIMENT_NAME = re.compile(
+    r"n\d+_(?:" + "|".join(sorted(f.value for f in FaultType)) + r")_r\d+_i\d+(?:_dup\d+)?",
+    re.IGNORECASE,
+)
+BLINDED_NAME = "<experiment>"
+
+
+def blind(text: str) -> str:
+    """Ground truth removed from any text an analyser or the judge reads: marker lines dropped,
+    experiment directory names replaced."""
+    text = _EXPERIMENT_NAME.sub(BLINDED_NAME, strip_markers(text))
+    return _INJECTED_CLASS.sub(BLINDED_CLASS, text)
+
+
+def decode_log(data: bytes) -> str:
+    """UTF-8, else latin-1 (which never fails): logs carry binary junk from crashing ranks."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
+
+
+def has_marker(text: str) -> bool:
+    return _MARKER.search(text) is not None
+
+
+def strip_markers(text: str) -> str:
+    """The log with every ground-truth line removed (what analysers may read)."""
+    return "".join(line for line in text.splitlines(keepends=True) if _MARKER.search(line) is None)
+
+
+# --- run validity (inject-loop.md §8) -----------------------------------------------------------
+
+ValidityKind = Literal["valid", "not_reached", "infra_failed"]
+_FIRED = re.compile(r"CRITICAL.*nvidia_resiliency_ext\.shared_utils\.inject_fault")
+_ITERATION = re.compile(r"\biteration\s+\d+\s*/")
+
+
+@dataclass(frozen=True, slots=True)
+class Validity:
+    kind: ValidityKind
+    reason: str
+
+    @property
+    def run_valid(self) -> bool:
+        return self.kind == "valid"
+
+
+def run_validity(raw_log: str | None) -> Validity:
+    """Whether a run reached its fault, from its unblinded main log.
+
+    Upstream's rule (the marker is in the log) decides `valid`; the marker says the fault was
+    scheduled, the injector's CRITICAL line that it fired. Without the marker, a log with
+    training iterations never reached the injection point; one without any (or no log) failed
+    before training: an infrastructure failure, not an attribution result.
+    """
+    if raw_log is None:
+        return Validity("infra_failed", "no main workload log: the workload never started")
+    if has_marker(raw_log):
+        if _FIRED.search(raw_log):
+            return Validity("valid", "the fault was scheduled and fired")
+        return Validity("valid", "the fault was scheduled (its firing is not in the log)")
+    if _ITERATION.search(raw_log):
+        return Validity("not_reached", "training ran but never reached the injection point")
+    return Validity("infra_failed", "no training iteration in the log: failed before training")
+
+
+def judge_excerpt(text: str, lines: int = EXCERPT_LINES) -> str:
+    """The last `lines` lines the judge sees: markers stripped, NVRx's own chatter dropped,
+    workload lines kept only when they carry a `Cycle:` (score.md §2)."""
+    kept = [
+        line
+        for line in blind(text).splitlines()  # blind() has dropped the marker lines
+        if "nvidia_resiliency_ext" not in line and ("[workload:" not in line or "Cycle:" in line)
+    ]
+    return "\n".join(kept[-lines:])
+
+
+# --- the FR table and its scope ------------------------------------------------------------------
+
+FrScope = Literal["rank", "node", "segment", "false", "no_dumps"]
+_INT = re.compile(r"\d+")
+
+
+def fr_ranks(fr_output: str) -> frozenset[int]:
+    """Every rank in the `Missing Ranks` column: rows with ≥ 6 `|` parts, header skipped."""
+    ranks: set[int] = set()
+    for line in fr_output.splitlines():
+        if "|" not in line or "Missing Ranks" in line:
+            continue
+        parts = line.split("|")
+        if len(parts) < 6:
+            continue
+        ranks.update(int(n) for n in _INT.findall(parts[-1]))
+    return frozenset(ranks)
+
+
+def _within(ranks: frozenset[int], block: tuple[int, int]) -> bool:
+    return all(block[0] <= r <= block[1] for r in ranks)
+
+
+def fr_scope(ranks: frozenset[int], truth: GroundTruth) -> FrScope:
+    """How narrowly the FR missing ranks isolate the injected rank, from the ranks alone.
+
+    `rank` only when FR names exactly the injected rank (a set that also names bystanders did not
+    isolate it); `node`/`segment` when every named rank lies in the injected rank's node or
+    segment block; `false` otherwise; `no_dumps` when FR named no rank at all.
+    """
+    if not ranks:
+        return "no_dumps"
+    if ranks == {truth.rank}:
+        return "rank"
+    if _within(ranks, truth.node_block):
+        return "node"
+    if _within(ranks, truth.segment_block):
+        return "segment"
+    return "false"
+
+
+def normalise_fr_label(label: str, fr_output: str, truth: GroundTruth) -> FrScope:
+    """The FR dimension, decided by the FR table alone (score.md §6, made symmetric).
+
+    Upstream corrects `node` and `segment` against the table but lets `rank` and `false` through
+    unchecked. Here every label is replaced by `fr_scope` of the table's missing ranks, so the
+    dimension means the same whichever judge answered; the judge's own label is kept beside it
+    (`fr_label_answered`) so a disagreement stays visible.
+    """
+    del label  # recorded by the caller; the table decides
+    return fr_scope(fr_ranks(fr_output), truth)
+
+
+# --- the attribution text (logsage's 5-field format, or its repr quirk) ------------------------
+
+Decision = Literal["STOP", "RESTART", "CONTINUE", "NO LOGS", "LLM FAILURE", "UNKNOWN"]
+
+# `rank 3`, `rank=3`, `[rank3]:` (PyTorch's prefix), `ranks 3, 5 and 7`, `ranks [3, 5]`,
+# `global_rank 3`; not `local rank 1` (a device index) and not the 8 of `rank 5/8`.
+_NOT_LOCAL = r"(?<!local )(?<!local_)(?<!local-)"
+_RANK_LIST = re.compile(
+    _NOT_LOCAL + r"\b(?:global[_ ])?ranks?\s*(?:[:=#]\s*|\(\s*|\[\s*)?"
+    r"(\d+(?:\s*(?:,|\band\b|&)\s*\d+)*)",
+    re.IGNORECASE,
+)
+_RANK_RANGE = re.compile(
+    _NOT_LOCAL + r"\branks?\s*\[?\s*(\d+)\s*(?:-|–|to|\.\.)\s*(\d+)", re.IGNORECASE
+)
+
+
+def rank_mentions(text: str) -> frozenset[int]:
+    """Ranks a text names (forms above, and ranges `ranks 4-7`). Bare numbers are not ranks:
+    iterations, exit codes and sizes are numbers too."""
+    found: set[int] = set()
+    for match in _RANK_LIST.finditer(text):
+        found.update(int(n) for n in _INT.findall(match.group(1)))
+    for match in _RANK_RANGE.finditer(text):
+        low, high = int(match.group(1)), int(match.group(2))
+        if low <= high and high - low < 4096:
+            found.update(range(low, high + 1))
+    return frozenset(found)
+
+
+def _bracketed(text: str, label: str) -> str | None:
+    """The `[...]` after `label`, brackets balanced (issues may contain brackets themselves)."""
+    start = text.find(label)
+    if start < 0:
+        return None
+    i = text.find("[", start + len(label))
+    if i < 0:
+        return None
+    depth = 0
+    for j in range(i, len(text)):
+        if text[j] == "[":
+            depth += 1
+        elif text[j] == "]":
+            depth -= 1
+            if depth == 0:
+                return text[i + 1 : j]
+    return text[i + 1 :]  # cut short: keep what is there
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """What a log analyser said, parsed by substring (never by line position)."""
+
+    text: str
+    decision: Decision
+    primary: str | None = None
+    secondary: str | None = None
+    primary_ranks: frozenset[int] = field(default_factory=frozenset)
+    secondary_ranks: frozenset[int] = field(default_factory=frozenset)
+    ranks: frozenset[int] = field(default_factory=frozenset)
+
+    @classmethod
+    def parse(cls, raw: str) -> Attribution:
+        text = raw
+        if "raw_text=" in text and "\\n" in text:  # logsage's --emit-stdout prints a repr
+            text = text.replace("\\n", "\n").replace("\\'", "'")
+        if STOP in text:
+            decision: Decision = "STOP"
+        elif RESTART in text:
+            decision = "RESTART"
+        elif "ERRORS NOT FOUND" in text:
+            decision = "CONTINUE"
+        elif "NO LOGS" in text:
+            decision = "NO LOGS"
+        elif "LLM FAILURE" in text:
+            decision = "LLM FAILURE"
+        else:
+            decision = "UNKNOWN"
+        primary = _bracketed(text, "Primary issues:")
+        secondary = _bracketed(text, "Secondary issues:")
+        return cls(
+            text=text,
+            decision=decision,
+            primary=primary,
+            secondary=secondary,
+            primary_ranks=rank_mentions(primary or ""),
+            secondary_ranks=rank_mentions(secondary or ""),
+            ranks=rank_mentions(text),
+        )
+
+
+# --- fault classes: what "describing the fault" means -------------------------------------------
+
+_HANG = (
+    "hang", "hangs", "hung", "stuck", "stall", "stalled", "timeout", "timed out", "watchdog",
+    "unresponsive", "deadlock", "not responding", "no progress",
+)  # fmt: skip
+_CRASH = (
+    "crash", "crashed", "died", "core dumped", "fatal", "exited", "exit code", "abnormal",
+    "terminated unexpectedly",
+)  # fmt: skip
+_SIGNAL = ("signal", "killed", "terminated", "interrupt")
+_EXCEPTION = ("exception", "traceback", "raised", "error")
+
+# Per fault: the words that name it (→ `true`), and its class's words (→ `partial`).
+FAULT_WORDS: dict[FaultType, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    FaultType.GPU_SLEEP: (
+        ("gpu hang", "gpu sleep", "gpu stall", "gpu stuck", "gpu unresponsive", "kernel hang",
+         "cuda kernel", "sleep"),
+        _HANG,
+    ),
+    FaultType.LOCK_GIL: (
+        ("gil", "global interpreter lock", "interpreter lock", "python hang", "python thread"),
+        _HANG,
+    ),
+    # Not the bare word "stopped": "rank 2 stopped contributing" is every hang's symptom.
+    FaultType.SIGSTOP: (
+        ("sigstop", "signal 19", "suspended", "stopped by signal"),
+        _HANG + _SIGNAL,
+    ),
+    FaultType.SIGTERM: (("sigterm", "signal 15", "termination signal"), _SIGNAL + _CRASH),
+    FaultType.SIGINT: (
+        ("sigint", "signal 2", "keyboardinterrupt", "keyboard interrupt"),
+        _SIGNAL + _CRASH,
+    ),
+    FaultType.SIGKILL: (
+        ("sigkill", "signal 9", "kill -9", "killed", "oom", "out of memory", "oom-kill"),
+        _SIGNAL + _CRASH,
+    ),
+    FaultType.SEGFAULT: (
+        ("segmentation fault", "segfault", "sigsegv", "signal 11", "invalid memory"),
+        _CRASH + _SIGNAL,
+    ),
+    FaultType.OS_ABORT: (
+        ("abort", "aborted", "sigabrt", "signal 6", "os.abort"),
+        _CRASH + _SIGNAL,
+    ),
+    FaultType.GPU_ERROR: (
+        ("cuda error", "cudaerror", "gpu error", "xid", "illegal memory access", "ecc",
+         "device-side", "nvml", "uncorrectable", "cuda failure", "gpu failure"),
+        _CRASH + _EXCEPTION,
+    ),
+    FaultType.WORKLOAD_EXC: (
+        ("workload exception", "python exception", "uncaught exception", "unhandled exception",
+         "runtimeerror", "exception raised", "raised an exception", "traceback"),
+        _EXCEPTION + _CRASH,
+    ),
+    FaultType.ASYNC_EXC: (
+        ("asynchronous exception", "async exception", "exception in thread",
+         "background thread", "asyncexc", "async_exc"),
+        _EXCEPTION + _CRASH,
+    ),
+    FaultType.SIGNAL_EXC: (
+        ("signal exception", "signal-raised", "exception raised by signal",
+         "exception from a signal", "signal handler", "signalexception"),
+        _EXCEPTION + _SIGNAL,
+    ),
+}  # fmt: skip
+
+
+def _words_in(words: tuple[str, ...], text: str) -> list[str]:
+    low = text.lower()
+    return [w for w in words if re.search(rf"(?<![a-z0-9]){re.escape(w)}(?![a-z0-9])", low)]
+
+
+def fault_description(
+    fault: FaultType, text: str
+) -> tuple[Literal["true", "partial", "false"], list[str]]:
+    """Whether `text` names the fault (`true`), only its class (`partial`), or neither; with the
+    words that decided it."""
+    specific, generic = FAULT_WORDS[fault]
+    hits = _words_in(specific, text)
+    if hits:
+        return "true", hits
+    hits = _words_in(generic, text)
+    if hits:
+        return "partial", hits
+    return "false", []

@@ -1,0 +1,393 @@
+"""The LLM judge: `POST {base_url}/chat/completions` on any OpenAI-compatible server.
+
+What upstream lacked (score.md §8), in order of a request's life:
+- a cache hit costs no call;
+- `response_format` json_schema, stepping down to json_object and then to plain text (with
+  tolerant JSON extraction) when the server rejects it with a 400/422 that names the format —
+  remembered for the run; any other 400 (e.g. context length) fails with the server's message;
+- 429, 5xx, timeouts and connection errors retried with jittered exponential backoff that honours
+  `Retry-After`, up to `max_retries` and a deadline (a Retry-After past the deadline — a daily
+  quota — gives up at once); each retry after a timeout waits twice as long for its answer;
+  auth errors and other 4xx fail at once;
+- an answer that is not valid is retried once with a corrective message;
+- whatever cannot be recovered is an `unscored` verdict with the reason: never a default score.
+The API key goes in the Authorization header only; it is never in a message, reason or file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+from pydantic import SecretStr
+
+from nvrx.config import HIDDEN
+from nvrx.retry import RetryPolicy
+from nvrx.score.cache import VerdictCache, cache_key
+from nvrx.score.evidence import normalise_fr_label
+from nvrx.score.model import Case, Usage, Verdict, answer_schema, invalid_verdict, unscored_verdict
+from nvrx.score.prompt import AnswerError, build_messages, corrective_message, parse_answer
+
+FORMATS = ("json_schema", "json_object", "text")
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    base_url: str
+    model: str
+    api_key: SecretStr | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return self.base_url.rstrip("/") + "/chat/completions"
+
+    @property
+    def display(self) -> str:
+        """The base URL without any user:password part."""
+        parts = urlsplit(self.base_url)
+        if parts.username is None and parts.password is None:
+            return self.base_url
+        return urlunsplit(parts._replace(netloc=parts.hostname or ""))
+
+    def redact(self, text: str) -> str:
+        """Text with every secret the endpoint holds masked: a server or model may echo them."""
+        secrets = [self.api_key.get_secret_value()] if self.api_key is not None else []
+        parts = urlsplit(self.base_url)
+        secrets += [p for p in (parts.password, parts.username) if p]
+        for secret in secrets:
+            if len(secret) >= 4:
+                text = text.replace(secret, HIDDEN)
+        return text
+
+
+class JudgeFailure(Exception):
+    """The judge could not answer this case; the message is the `unscored` reason."""
+
+    def __init__(self, reason: str, usage: Usage | None = None) -> None:
+        super().__init__(reason)
+        self.usage = usage or Usage()
+
+
+@dataclass(slots=True)
+class _Completion:
+    content: str
+    finish_reason: str | None
+    usage: Usage
+
+
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """`Retry-After` as seconds: delta-seconds or an HTTP date; None when absent or unreadable."""
+    if not value:
+        return None
+    text = value.strip()
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def _error_text(response: httpx.Response) -> str:
+    try:
+        doc = response.json()
+    except ValueError:
+        text = response.text
+    else:
+        message = doc.get("error", doc) if isinstance(doc, dict) else doc
+        if isinstance(message, dict):
+            message = message.get("message", message)
+        text = str(message)
+    return " ".join(text.split())[:200]
+
+
+_FORMAT_WORDS = ("response_format", "json_schema", "json_object", "schema", "grammar", "format")
+
+
+def _about_format(response: httpx.Response) -> bool:
+    """Whether a 400/422 rejects the response_format (step down) rather than the request
+    itself, e.g. a prompt over the context length (fail with the server's message)."""
+    text = _error_text(response).lower()
+    return any(word in text for word in _FORMAT_WORDS)
+
+
+class LlmJudge:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        max_tokens: int = 1024,
+        temperature: float = 0.0,
+        timeout: float = 120.0,
+        retry: RetryPolicy | None = None,
+        concurrency: int = 4,
+        cache: VerdictCache | None = None,
+        client: httpx.AsyncClient | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        self.endpoint = endpoint
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy(deadline=600.0, max_retries=6)
+        self.concurrency = concurrency
+        self.cache = cache
+        self._client = client
+        self._sleep = sleep
+        self._jitter = jitter
+        self._format = 0  # index into FORMATS; only ever steps down
+        self.notes: list[str] = []  # things the run should tell the user (format fallbacks)
+        self.usage = Usage()
+
+    @property
+    def name(self) -> str:
+        return f"llm:{self.endpoint.model}"
+
+    @property
+    def response_format(self) -> str:
+        return FORMATS[self._format]
+
+    async def judge_all(self, cases: Sequence[Case]) -> list[Verdict]:
+        gate = asyncio.Semaphore(self.concurrency)
+        own = self._client is None
+        client = self._client or httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=self.concurrency)
+        )
+        try:
+
+            async def one(case: Case) -> Verdict:
+                return await self.judge(case, client, gate)
+
+            return list(await asyncio.gather(*(one(c) for c in cases)))
+        finally:
+            if own:
+                await client.aclose()
+
+    async def judge(
+        self, case: Case, client: httpx.AsyncClient, gate: asyncio.Semaphore
+    ) -> Verdict:
+        """The case's verdict; whatever goes wrong is this case's `unscored`, never the run's
+        crash (the other cases' paid answers are kept)."""
+        started = time.monotonic()
+        try:
+            return await self._judge(case, client, gate)
+        except Exception as exc:
+            return self._unscored(
+                case, f"judge error: {type(exc).__name__}: {exc}", started, Usage()
+            )
+
+    async def _judge(
+        self, case: Case, client: httpx.AsyncClient, gate: asyncio.Semaphore
+    ) -> Verdict:
+        if case.problem is not None:
+            return unscored_verdict(case, self.name, case.problem, model=self.endpoint.model)
+        if not case.truth.run_valid:
+            return invalid_verdict(case, self.name, self.endpoint.model)
+        messages = build_messages(case)
+        key = cache_key(
+            base_url=self.endpoint.base_url,
+            model=self.endpoint.model,
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            messages=messages,
+        )
+        if self.cache is not None and (hit := self.cache.get(key)) is not None:
+            return self._verdict(case, hit.answer, 0.0, Usage(), cache_hit=True)
+
+        started = time.monotonic()
+        usage = Usage()
+        async with gate:
+            conversation = list(messages)
+            for attempt in (1, 2):
+                try:
+                    completion = await self._complete(client, conversation)
+                except JudgeFailure as exc:
+                    return self._unscored(case, str(exc), started, usage + exc.usage)
+                usage += completion.usage
+                try:
+                    answer = parse_answer(completion.content)
+                except AnswerError as exc:
+                    error = str(exc)
+                    if completion.finish_reason == "length":
+                        error += f" (answer cut at max_tokens={self.max_tokens})"
+                    if attempt == 2:
+                        return self._unscored(
+                            case, f"judge answer invalid twice: {error}", started, usage
+                        )
+                    conversation += [
+                        {"role": "assistant", "content": completion.content},
+                        corrective_message(error),
+                    ]
+                    continue
+                break
+        self.usage += usage
+        if self.cache is not None:
+            try:
+                self.cache.put(
+                    key,
+                    answer,
+                    usage,
+                    {"base_url": self.endpoint.display, "model": self.endpoint.model},
+                )
+            except OSError as exc:  # the verdict is paid for: keep it, say the cache failed
+                note = f"cannot write the verdict cache {self.cache.root}: {exc.strerror or exc}"
+                if note not in self.notes:
+                    self.notes.append(note)
+        return self._verdict(case, answer, time.monotonic() - started, usage, cache_hit=False)
+
+    def _unscored(self, case: Case, reason: str, started: float, usage: Usage) -> Verdict:
+        self.usage += usage
+        return unscored_verdict(
+            case,
+            self.name,
+            self.endpoint.redact(reason),
+            model=self.endpoint.model,
+            latency_s=time.monotonic() - started,
+            usage=usage,
+        )
+
+    def _verdict(
+        self, case: Case, answer: Any, latency: float, usage: Usage, *, cache_hit: bool
+    ) -> Verdict:
+        dims = answer.dimensions()
+        answered = dims["fr_rank_correct"]
+        dims["fr_rank_correct"] = normalise_fr_label(answered, case.fr_output, case.truth)
+        return Verdict(
+            case=case.id,
+            status="scored",
+            judge=self.name,
+            model=self.endpoint.model,
+            notes=self.endpoint.redact(answer.notes),
+            fr_label_answered=answered,
+            latency_s=latency,
+            usage=usage,
+            cache_hit=cache_hit,
+            **dims,
+        )
+
+    def _body(self, messages: list[dict[str, str]]) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.endpoint.model,
+            "messages": messages,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+        }
+        if self.response_format == "json_schema":
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": "attribution_verdict",
+                    "strict": True,
+                    "schema": answer_schema(),
+                },
+            }
+        elif self.response_format == "json_object":
+            body["response_format"] = {"type": "json_object"}
+        return body
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        if self.endpoint.api_key is not None:
+            headers["Authorization"] = f"Bearer {self.endpoint.api_key.get_secret_value()}"
+        return headers
+
+    async def _complete(
+        self, client: httpx.AsyncClient, messages: list[dict[str, str]]
+    ) -> _Completion:
+        """One chat completion, through format fallback and transient retries."""
+        policy = self.retry
+        deadline = time.monotonic() + policy.deadline
+        failures = 0
+        timeout = self.timeout
+        usage = Usage()
+        while True:
+            fmt = self.response_format
+            retry_after: float | None = None
+            usage += Usage(requests=1)
+            try:
+                response = await client.post(
+                    self.endpoint.url,
+                    json=self._body(messages),
+                    headers=self._headers(),
+                    timeout=timeout,
+                )
+            except httpx.TimeoutException:
+                problem = f"no answer within {timeout:g} s"
+                # A busy server (a local one with fewer slots than our requests in flight)
+                # queues work: resending it with the same timeout would only cancel and
+                # redo it. Each retry after a timeout waits twice as long, within the deadline.
+                timeout = max(self.timeout, min(2 * timeout, deadline - time.monotonic()))
+            except httpx.TransportError as exc:
+                problem = f"cannot reach {self.endpoint.display} ({type(exc).__name__})"
+            else:
+                status = response.status_code
+                if status == 200:
+                    completion = self._read(response)
+                    if completion is not None:
+                        completion.usage = completion.usage + usage
+                        return completion
+                    problem = "HTTP 200 with a body that is not a chat completion"
+                elif status in (401, 403):
+                    raise JudgeFailure(
+                        f"authentication failed (HTTP {status}) at {self.endpoint.display}",
+                        usage,
+                    )
+                elif status == 429 or status >= 500:
+                    problem = f"HTTP {status}"
+                    retry_after = retry_after_seconds(response.headers.get("Retry-After"))
+                elif status in (400, 422) and fmt != "text" and _about_format(response):
+                    self._step_down(fmt, status)
+                    continue
+                else:
+                    raise JudgeFailure(f"HTTP {status}: {_error_text(response)}", usage)
+            failures += 1
+            if policy.exhausted(failures):
+                raise JudgeFailure(f"{problem}; gave up after {failures} attempt(s)", usage)
+            delay = policy.backoff(failures, lambda low, high: low + (high - low) * self._jitter())
+            if retry_after is not None:
+                delay = max(delay, retry_after)
+            if time.monotonic() + delay > deadline:
+                raise JudgeFailure(
+                    f"{problem}; retry deadline of {policy.deadline:g} s reached "
+                    f"after {failures} attempt(s)"
+                    + (f" (Retry-After {retry_after:g} s)" if retry_after is not None else ""),
+                    usage,
+                )
+            await self._sleep(delay)
+
+    def _step_down(self, fmt: str, status: int) -> None:
+        if self.response_format == fmt:  # another request may have stepped already
+            self._format += 1
+            self.notes.append(
+                f"{self.endpoint.display} rejected response_format {fmt} (HTTP {status}); "
+                f"using {self.response_format}"
+            )
+
+    @staticmethod
+    def _read(response: httpx.Response) -> _Completion | None:
+        try:
+            doc = response.json()
+            choice = doc["choices"][0]
+            content = choice["message"].get("content") or ""
+            finish = choice.get("finish_reason")
+            raw_usage = doc.get("usage") or {}
+            usage = Usage(
+                prompt_tokens=int(raw_usage.get("prompt_tokens") or 0),
+                completion_tokens=int(raw_usage.get("completion_tokens") or 0),
+            )
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            return None
+        if not isinstance(content, str):
+            return None
+        return _Completion(content, finish, usage)

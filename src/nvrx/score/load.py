@@ -1,0 +1,255 @@
+"""Cases from disk: a whole inject-loop session, one experiment directory, or upstream-style flags.
+
+Per experiment directory (written by the campaign's analysis; inject-loop.md §5, §9):
+  logs/slurm/<JOB>.<RESTART>.1.main_workload.log   the job log (first restart's, as upstream)
+  analysis/run_valid.txt                          `true`/`false`; absent → the log's marker decides
+  analysis/log_attribution.txt                    the log analyser's text (required to judge)
+  analysis/fr_analysis.txt                        the FR missing-rank table; absent → `no_dumps`
+Ground truth comes from the session's journal (else its experiments.tsv), never from the
+directory's name or text the analysers saw.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+
+from nvrx.inject.session import JOURNAL_NAME, TSV_HEADER, TSV_NAME, Record, Session
+from nvrx.score.evidence import blind, decode_log, judge_excerpt, run_validity
+from nvrx.score.model import Case, GroundTruth, ScoreError
+
+ANALYSIS_DIR = "analysis"
+RUN_VALID = "run_valid.txt"
+LOG_ATTRIBUTION = "log_attribution.txt"
+FR_ANALYSIS = "fr_analysis.txt"
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    gpus_per_node: int
+    segment_size: int
+
+
+def parse_bool(text: str, what: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise ScoreError(f"{what} {text.strip()!r}: expected true or false")
+
+
+def read_text(path: Path, what: str) -> str:
+    try:
+        return decode_log(path.read_bytes())
+    except FileNotFoundError:
+        raise ScoreError(f"{what} {path}: no such file") from None
+    except IsADirectoryError:
+        raise ScoreError(f"{what} {path}: is a directory") from None
+    except OSError as exc:
+        raise ScoreError(f"{what} {path}: {exc.strerror}") from None
+
+
+def text_or_file(value: str, what: str) -> str:
+    """A flag's text, or `@PATH` for the contents of PATH (upstream passes the text itself)."""
+    return read_text(Path(value[1:]), what) if value.startswith("@") else value
+
+
+def _restart_key(path: Path) -> tuple[int, str]:
+    # <JOB>.<RESTART>.1.main_workload.log: order by the restart count, numerically.
+    parts = path.name.split(".")
+    return (int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 1 << 30, path.name)
+
+
+def main_log(experiment_dir: Path, job_id: str | None) -> Path | None:
+    logs = experiment_dir / "logs" / "slurm"
+    pattern = f"{job_id}.*.1.main_workload.log" if job_id else "*.1.main_workload.log"
+    found = sorted(logs.glob(pattern), key=_restart_key)
+    return found[0] if found else None
+
+
+def experiment_case(
+    case_id: str,
+    experiment_dir: Path,
+    truth: GroundTruth,
+    *,
+    job_id: str | None = None,
+    job_state: str | None = None,
+    problem: str | None = None,
+    raw_log: str | None = None,
+) -> Case:
+    """One experiment's case from its directory (see the module's layout). What is missing makes
+    the case unscored with the reason, never silently `invalid`. `raw_log` is the job log's text
+    when the caller has read it already."""
+    make = partial(
+        Case, id=case_id, job_id=job_id, job_state=job_state, experiment_dir=str(experiment_dir)
+    )
+    if not experiment_dir.is_dir():
+        return make(truth=truth, problem=f"no experiment directory {experiment_dir}")
+    analysis = experiment_dir / ANALYSIS_DIR
+    log_path = main_log(experiment_dir, job_id)
+    if raw_log is None:
+        raw_log = read_text(log_path, "job log") if log_path is not None else ""
+    valid_file = analysis / RUN_VALID
+    if valid_file.is_file():
+        first = (read_text(valid_file, "run validity").split() or [""])[0]
+        run_valid = parse_bool(first, f"run validity in {valid_file}:")
+    elif log_path is None:
+        pattern = f"{job_id or '<JOB>'}.*.1.main_workload.log"
+        problem = problem or f"no job log {experiment_dir}/logs/slurm/{pattern} to judge validity"
+        run_valid = True
+    else:
+        run_valid = run_validity(raw_log).run_valid
+    truth = replace(truth, run_valid=run_valid)
+    attribution_file = analysis / LOG_ATTRIBUTION
+    fr_file = analysis / FR_ANALYSIS
+    has_attribution = attribution_file.is_file()
+    if problem is None and run_valid and not has_attribution:
+        problem = f"no log attribution: {attribution_file} is missing (analyse the run first)"
+    return make(
+        truth=truth,
+        log_excerpt=judge_excerpt(raw_log),
+        log_attribution=blind(read_text(attribution_file, "log attribution"))
+        if has_attribution
+        else "",
+        fr_output=blind(read_text(fr_file, "FR analysis")) if fr_file.is_file() else "no_dumps",
+        problem=problem,
+    )
+
+
+def record_truth(record: Record, shape: Shape) -> GroundTruth:
+    """The ground truth of a journalled experiment."""
+    e = record.experiment
+    return GroundTruth.build(
+        e.fault.value, e.rank, e.iteration, e.nodes, shape.gpus_per_node, shape.segment_size
+    )
+
+
+def _session_dir(path: Path) -> Path | None:
+    if (path / JOURNAL_NAME).is_file() or (path / TSV_NAME).is_file():
+        return path
+    return None
+
+
+def session_cases(session_dir: Path, shape: Shape, only: Path | None = None) -> list[Case]:
+    """Every experiment of a session (or only the one in `only`), from its journal or, for a
+    session written by the upstream scripts, its tracking file."""
+    if (session_dir / JOURNAL_NAME).is_file():
+        session = Session.open(session_dir)
+        state = session.state()
+        shape = Shape(state.gpus_per_node(shape.gpus_per_node), shape.segment_size)
+        cases = []
+        for record in state.records:
+            if only is not None and record.dir.resolve() != only.resolve():
+                continue
+            problem = None
+            if record.status != "ended":
+                problem = f"the job has not ended (journal status: {record.status})"
+            cases.append(
+                experiment_case(
+                    record.case_id,
+                    record.dir,
+                    record_truth(record, shape),
+                    job_id=record.job_id,
+                    job_state=record.state,
+                    problem=problem,
+                )
+            )
+        return cases
+    return _tsv_cases(session_dir, shape, only)
+
+
+_ROW_INTS = ("RANK", "ITER", "NODES")
+
+
+def _tsv_cases(session_dir: Path, shape: Shape, only: Path | None) -> list[Case]:
+    tsv = session_dir / TSV_NAME
+    rows = csv.DictReader(io.StringIO(read_text(tsv, "tracking file")), delimiter="\t")
+    missing = [c for c in TSV_HEADER.split() if c not in (rows.fieldnames or [])]
+    if missing:
+        raise ScoreError(f"{tsv}: not a tracking file (no column {', '.join(missing)})")
+    cases = []
+    for n, row in enumerate(rows, start=2):
+        try:
+            exp_dir = Path(row["EXPERIMENT_DIR"])
+            values = [int(row[k]) for k in _ROW_INTS]
+        except (TypeError, ValueError):
+            raise ScoreError(f"{tsv}:{n}: not a tracking row ({row!r})") from None
+        if not exp_dir.is_absolute():
+            exp_dir = session_dir / exp_dir
+        if only is not None and exp_dir.resolve() != only.resolve():
+            continue
+        truth = GroundTruth.build(
+            row["FAULT_TYPE"],
+            values[0],
+            values[1],
+            values[2],
+            shape.gpus_per_node,
+            shape.segment_size,
+        )
+        cases.append(
+            experiment_case(
+                f"{session_dir.name}/{exp_dir.name}", exp_dir, truth, job_id=row["JOB_ID"]
+            )
+        )
+    return cases
+
+
+def cases_from_path(path: Path, shape: Shape) -> list[Case]:
+    """A session directory → all its experiments; an experiment directory → that one."""
+    if not path.is_dir():
+        raise ScoreError(f"{path}: not a directory (expected a session or an experiment dir)")
+    if (session := _session_dir(path)) is not None:
+        cases = session_cases(session, shape)
+        if not cases:
+            raise ScoreError(f"{path}: the session has no experiments")
+        return cases
+    if (session := _session_dir(path.parent)) is not None:
+        cases = session_cases(session, shape, only=path)
+        if not cases:
+            raise ScoreError(f"{path}: not an experiment of the session {session}")
+        return cases
+    raise ScoreError(
+        f"{path}: neither a session ({JOURNAL_NAME} or {TSV_NAME}) nor an experiment dir of one"
+    )
+
+
+_ENTRY = re.compile(r"^[A-Za-z_]+$")
+
+
+def flags_case(
+    *,
+    fault_type: str,
+    rank: int,
+    iteration: int,
+    nodes: int,
+    run_valid: bool,
+    shape: Shape,
+    log_path: Path | None,
+    log_output: str,
+    fr_output: str,
+) -> Case:
+    """One case from upstream-style flags (`score_attribution.py`'s interface)."""
+    if not _ENTRY.match(fault_type.strip()):
+        raise ScoreError(f"fault type {fault_type!r}: expected a name such as SEGFAULT")
+    truth = GroundTruth.build(
+        fault_type, rank, iteration, nodes, shape.gpus_per_node, shape.segment_size, run_valid
+    )
+    raw_log = read_text(log_path, "log") if log_path is not None else ""
+    attribution = blind(text_or_file(log_output, "log output"))
+    return Case(
+        id=f"{truth.fault.value}:{rank}:{iteration}:{nodes}",
+        truth=truth,
+        log_excerpt=judge_excerpt(raw_log),
+        log_attribution=attribution,
+        fr_output=blind(text_or_file(fr_output, "FR output")) or "no_dumps",
+        problem=(
+            "no log attribution given (--log-output is empty)"
+            if run_valid and not attribution.strip()
+            else None
+        ),
+    )

@@ -1,0 +1,80 @@
+"""`nvrx score` at a terminal: the verdict table, pass rates and what could not be scored."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from nvrx.score.model import DIMENSIONS, PASS_VALUE, Case, Verdict
+from nvrx.score.report import Summary, percent
+
+SHORT_NAMES = {
+    "restart_correct": "restart",
+    "rank_primary": "primary",
+    "rank_any": "any",
+    "fault_described": "described",
+    "fr_rank_correct": "fr_rank",
+}
+
+
+def _value(verdict: Verdict, dimension: str) -> Text:
+    if verdict.status == "unscored":
+        return Text("unscored", style="bold red")
+    value = getattr(verdict, dimension) or ""
+    if verdict.status == "invalid":
+        return Text(value, style="dim")
+    return Text(value, style="green" if value == PASS_VALUE[dimension] else "yellow")
+
+
+def render(
+    out: Console,
+    cases: Sequence[Case],
+    verdicts: Sequence[Verdict],
+    summary: Summary,
+    judge: str,
+) -> None:
+    table = Table(header_style="bold", box=None, pad_edge=False)
+    for column in ("#", "case", "fault", "rank", *(SHORT_NAMES[d] for d in DIMENSIONS), "notes"):
+        table.add_column(column, overflow="fold")
+    for i, (case, v) in enumerate(zip(cases, verdicts, strict=True), start=1):
+        notes = "(see below)" if v.status == "unscored" else (v.notes or "")
+        if v.cache_hit:
+            notes = f"(cached) {notes}"
+        table.add_row(
+            str(i),
+            case.id,
+            case.truth.fault.value,
+            str(case.truth.rank),
+            *(_value(v, d) for d in DIMENSIONS),
+            Text(notes),
+        )
+    out.print(table)
+    rates = ", ".join(f"{SHORT_NAMES[d]} {percent(r)}" for d, r in summary.rates.items())
+    out.print(
+        Text(
+            f"{judge}: {summary.cases} case(s), {summary.scored} scored, {summary.invalid} "
+            f"invalid, {summary.unscored} unscored; pass rates: {rates}"
+        )
+    )
+    if summary.agreement is not None:
+        out.print(Text(f"judges agreed on {summary.agreement:.0%} of the dimensions"))
+    u = summary.usage
+    if u.requests or summary.cache_hits:
+        out.print(
+            Text(
+                f"judge calls: {u.requests} request(s), {u.prompt_tokens} prompt + "
+                f"{u.completion_tokens} completion tokens, {summary.cache_hits} cache hit(s)"
+            )
+        )
+    for dimension, wanted, got in summary.failed_thresholds:
+        out.print(
+            Text(f"below threshold: {dimension} {percent(got)} < {wanted:.0%}", style="bold red")
+        )
+    if summary.unscored:
+        for case, v in zip(cases, verdicts, strict=True):
+            if v.status == "unscored":
+                out.print(Text(f"unscored {case.id}: {v.reason}", style="red"))
+        out.print(Text(f"{summary.unscored} case(s) unscored: no verdict", style="bold red"))

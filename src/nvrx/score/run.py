@@ -1,0 +1,182 @@
+"""Which judges, with which endpoint and key; then every case through every judge.
+
+Endpoint: `score.base_url` (flag `--base-url`, `JUDGE_BASE_URL`, `NVRX_SCORE_BASE_URL`, file),
+else `inject.llm_base_url` (`NVRX_LLM_BASE_URL`, default NVIDIA's API). Unlike upstream, a flag
+beats `JUDGE_BASE_URL` (the same precedence as every other setting).
+
+API key, first found (score.md §7): `JUDGE_API_KEY`, `JUDGE_API_KEY_FILE`, `LLM_API_KEY`,
+`LLM_API_KEY_FILE` (or their NVRX_ names and config keys), `~/.llm_api_key`,
+`~/.config/nvrx/llm_api_key`. A loopback endpoint may have none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import SecretStr
+
+from nvrx.config import NvrxConfig
+from nvrx.retry import RetryPolicy
+from nvrx.score.cache import VerdictCache
+from nvrx.score.llm import Endpoint, LlmJudge
+from nvrx.score.model import Case, ScoreError, Verdict
+from nvrx.score.rules import judge_rules
+from nvrx.score.vote import vote
+
+Warn = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeSpec:
+    kind: Literal["rules", "llm"]
+    model: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> JudgeSpec:
+        kind, _, model = text.strip().partition(":")
+        if kind == "rules" and not model:
+            return cls("rules")
+        if kind == "llm":
+            if _ and not model.strip():
+                raise ScoreError(f"--judge {text!r}: the model after 'llm:' is empty")
+            return cls("llm", model.strip() or None)
+        raise ScoreError(f"--judge {text!r}: expected rules, llm or llm:MODEL")
+
+
+def default_judges(config: NvrxConfig) -> list[JudgeSpec]:
+    choice = config.score.judge
+    if choice == "auto":
+        choice = "llm" if config.score.base_url else "rules"
+    return [JudgeSpec(choice)]
+
+
+def base_url(config: NvrxConfig) -> str:
+    return config.score.base_url or config.inject.llm_base_url
+
+
+def is_loopback(url: str) -> bool:
+    host = (urlsplit(url).hostname or "").lower()
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+KEY_SOURCES = (
+    "JUDGE_API_KEY, JUDGE_API_KEY_FILE, LLM_API_KEY, LLM_API_KEY_FILE, ~/.llm_api_key "
+    "or ~/.config/nvrx/llm_api_key"
+)
+
+
+def _checked(key: SecretStr, where: str) -> SecretStr:
+    """A key that can go in an HTTP header (a pasted key may carry a `…` or a newline)."""
+    value = key.get_secret_value()
+    if not value.isascii() or not value.isprintable():
+        raise ScoreError(f"the API key from {where} has non-ASCII or control characters")
+    return key
+
+
+def _key_file(path: Path, warn: Warn) -> SecretStr:
+    try:
+        mode = path.stat().st_mode
+        text = path.read_bytes().decode("utf-8").strip()
+    except OSError as exc:
+        raise ScoreError(f"API key file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ScoreError(f"API key file {path} is not UTF-8 text") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        warn(
+            f"API key file {path} is readable by others (mode {stat.filemode(mode)}); chmod 600 it"
+        )
+    if not text:
+        raise ScoreError(f"API key file {path} is empty")
+    return _checked(SecretStr(text), f"file {path}")
+
+
+def resolve_api_key(config: NvrxConfig, home: Path, warn: Warn) -> SecretStr | None:
+    s, inj = config.score, config.inject
+    if s.api_key is not None:
+        return _checked(s.api_key, "score.api_key (JUDGE_API_KEY)")
+    if s.api_key_file is not None:
+        return _key_file(Path(s.api_key_file), warn)
+    if inj.llm_api_key is not None:
+        return _checked(inj.llm_api_key, "inject.llm_api_key (LLM_API_KEY)")
+    if inj.llm_api_key_file is not None:
+        return _key_file(Path(inj.llm_api_key_file), warn)
+    for candidate in (home / ".llm_api_key", home / ".config" / "nvrx" / "llm_api_key"):
+        if candidate.is_file():
+            return _key_file(candidate, warn)
+    return None
+
+
+def build_judges(
+    specs: Sequence[JudgeSpec],
+    config: NvrxConfig,
+    *,
+    warn: Warn,
+    home: Path | None = None,
+) -> list[LlmJudge | None]:
+    """One entry per spec: an LlmJudge, or None for the rules judge."""
+    judges: list[LlmJudge | None] = []
+    url, key = base_url(config), None
+    if any(spec.kind == "llm" for spec in specs):
+        key = resolve_api_key(config, home or Path(os.path.expanduser("~")), warn)
+        if key is None and not is_loopback(url):
+            raise ScoreError(f"no API key for the judge at {url}: set {KEY_SOURCES}")
+    s = config.score
+    cache = VerdictCache(Path(s.cache_dir)) if s.cache else None
+    for spec in specs:
+        if spec.kind == "rules":
+            judges.append(None)
+            continue
+        judges.append(
+            LlmJudge(
+                Endpoint(url, spec.model or s.model, key),
+                max_tokens=s.max_tokens,
+                temperature=s.temperature,
+                timeout=s.request_timeout,
+                retry=RetryPolicy(
+                    max_retries=s.max_retries,
+                    deadline=s.retry_deadline,
+                    initial_backoff=s.retry_initial_backoff,
+                    max_backoff=s.retry_max_backoff,
+                ),
+                concurrency=s.concurrency,
+                cache=cache,
+            )
+        )
+    return judges
+
+
+async def _judge_everything(
+    judges: Sequence[LlmJudge | None], cases: Sequence[Case]
+) -> list[list[Verdict]]:
+    async def one(judge: LlmJudge | None) -> list[Verdict]:
+        if judge is None:
+            return [judge_rules(case) for case in cases]
+        return await judge.judge_all(cases)
+
+    return list(await asyncio.gather(*(one(j) for j in judges)))
+
+
+def score(judges: Sequence[LlmJudge | None], cases: Sequence[Case]) -> list[Verdict]:
+    """Every case's verdict: the single judge's, or the per-dimension vote of several."""
+    per_judge = asyncio.run(_judge_everything(judges, cases))
+    if len(per_judge) == 1:
+        return per_judge[0]
+    return [vote(case, [verdicts[i] for verdicts in per_judge]) for i, case in enumerate(cases)]
+
+
+def judge_label(judges: Sequence[LlmJudge | None]) -> str:
+    names = [j.name if j is not None else "rules" for j in judges]
+    return names[0] if len(names) == 1 else "vote(" + ", ".join(names) + ")"
+
+
+def campaign_judge(config: NvrxConfig, warn: Warn) -> Callable[[list[Case]], list[Verdict]]:
+    """The configured judge as a function of cases, for a campaign's analysis workers."""
+    judges = build_judges(default_judges(config), config, warn=warn)
+    return lambda cases: score(judges, cases)

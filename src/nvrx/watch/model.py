@@ -1,0 +1,216 @@
+"""What one watch pass sees (a Snapshot) and what it concludes (Findings): plain data.
+
+Detectors are pure functions of (Snapshot, WatchSettings) → findings; everything that reads
+files or asks Slurm builds a Snapshot first (reference: watch.md §4, upstream DESIGN: "detectors
+are pure functions of (snapshot, config)", "a blind watcher must not look healthy").
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from nvrx.slurm.states import ExitStatus, JobState
+
+
+class Severity(enum.StrEnum):
+    CRITICAL = "critical"
+    WARNING = "warning"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        """Sort order: critical first."""
+        return {"critical": 0, "warning": 1, "info": 2}[self.value]
+
+
+@dataclass(frozen=True, slots=True)
+class CycleInfo:
+    """One NVRx cycle-info file (`cycle_info.<job_id>.<attempt_index>.<cycle_number>`).
+
+    `write_count` is the file's `generation` field: a compare-and-swap counter of rewrites, NOT
+    a chain generation (in nvrx a generation is one array job of the chain).
+    """
+
+    job_id: str
+    attempt_index: int
+    cycle_number: int
+    start: datetime  # UTC
+    end: datetime | None  # None while open, or forever when the writer was killed
+    log_file: str
+    active_nodes: tuple[str, ...]  # expanded hostlist
+    standby_nodes: tuple[str, ...]
+    active_ranks: str
+    write_count: int
+    path: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.job_id}.{self.attempt_index}.{self.cycle_number}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.end is None
+
+    def duration(self, now: datetime) -> float:
+        """Seconds the cycle ran (until now while open)."""
+        return ((self.end or now) - self.start).total_seconds()
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedFile:
+    """A file in the cycle-info directory that was not read, and why (for the log)."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The checkpoint-iteration file: its value and mtime, plus what the state file remembers.
+
+    `first_seen` is when the watcher first saw the current value (survives passes through the
+    state file); `save_interval_seconds` is the observed time between checkpoint advances, when
+    at least two advances were seen.
+    """
+
+    path: str | None
+    value: int | None = None
+    mtime: datetime | None = None
+    first_seen: datetime | None = None
+    save_interval_seconds: float | None = None
+    error: str | None = None  # unreadable / not an integer (a missing file is not an error)
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """One array job of the chain as the queue shows it (live generations only)."""
+
+    job_id: str
+    task_states: dict[int, JobState]  # task index → state, for every task row in squeue
+
+    @property
+    def task0_live(self) -> bool:
+        state = self.task_states.get(0)
+        return state is not None and state.is_live
+
+    @property
+    def pending(self) -> int:
+        return sum(1 for s in self.task_states.values() if s is JobState.PENDING)
+
+    @property
+    def running(self) -> int:
+        return sum(1 for s in self.task_states.values() if s is JobState.RUNNING)
+
+    @property
+    def live(self) -> bool:
+        return any(s.is_live for s in self.task_states.values())
+
+
+@dataclass(frozen=True, slots=True)
+class TaskZeroEnding:
+    """How a generation's task 0 ended, from accounting."""
+
+    job_id: str  # the generation (array job id)
+    state: JobState
+    end: datetime | None
+    exit: ExitStatus | None
+    no_restart: bool  # exit code was the no-restart code, or the generation's no_restart flag
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What Slurm said this pass. A failed query is recorded, never read as 'nothing'."""
+
+    queue_ok: bool
+    queue_error: str | None = None
+    accounting_ok: bool = True
+    accounting_error: str | None = None
+    generations: tuple[Generation, ...] = ()  # live generations of this chain
+    endings: tuple[TaskZeroEnding, ...] = ()  # task-0 endings within the churn window (+ orphans)
+
+    def generation(self, job_id: str) -> Generation | None:
+        return next((g for g in self.generations if g.job_id == job_id), None)
+
+    def ending(self, job_id: str) -> TaskZeroEnding | None:
+        return next((e for e in self.endings if e.job_id == job_id), None)
+
+
+@dataclass(frozen=True)
+class ChainRef:
+    """Which chain is watched, and how it was resolved."""
+
+    name: str | None
+    user: str | None
+    work_dir: str | None
+    chain_id: str | None = None  # from the manifest (nvrx chains)
+    manifest_job_ids: tuple[str, ...] = ()
+    expect_running: bool = False  # a manifest that was not cancelled: the chain should be alive
+    max_restarts: int | None = None
+    no_restart_exit_code: int = 93
+    save_interval_iterations: int | None = None  # Megatron --save-interval, when known
+    resolved_from: str = ""  # "manifest", "batch script", "work dir", "flags"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one pass observed. `platform` is None with `--platform none`."""
+
+    observed_at: datetime
+    host: str
+    chain: ChainRef
+    cycles: tuple[CycleInfo, ...]  # deduplicated by key, sorted by (start, attempt, cycle)
+    checkpoint: Checkpoint
+    platform: Platform | None
+    skipped: tuple[SkippedFile, ...] = ()
+    notes: tuple[str, ...] = ()  # about the observation itself (e.g. the cycle cache)
+    # Why the cycle-info location could not be read (missing, unreadable): a pass that cannot
+    # see the cycle files is as blind as one that cannot see Slurm.
+    cycles_blind: str | None = None
+
+    @property
+    def latest(self) -> CycleInfo | None:
+        return self.cycles[-1] if self.cycles else None
+
+    @property
+    def current_job(self) -> str | None:
+        """The generation of the latest cycle (the one that is, or was last, training)."""
+        return self.latest.job_id if self.latest else None
+
+    def cycles_of(self, job_id: str) -> list[CycleInfo]:
+        return [c for c in self.cycles if c.job_id == job_id]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One conclusion of one detector. `key` is stable across passes and hosts (dedup, pager);
+    `first_seen` is filled in by the shell from the state file."""
+
+    detector: str
+    severity: Severity
+    key: str
+    summary: str
+    detail: str = ""
+    runbook: str = ""
+    command: tuple[str, ...] = ()  # the argv that would fix it (the one action), if any
+    evidence: dict[str, Any] = field(default_factory=dict)
+    first_seen: datetime | None = None
+
+    def sort_key(self) -> tuple[int, str, str]:
+        return (self.severity.rank, self.detector, self.key)
+
+    def to_json(self) -> dict[str, Any]:
+        """The finding as JSON output and the webhook show it."""
+        return {
+            "key": self.key,
+            "detector": self.detector,
+            "severity": self.severity.value,
+            "summary": self.summary,
+            "detail": self.detail,
+            "runbook": self.runbook,
+            "command": list(self.command),
+            "first_seen": self.first_seen.isoformat() if self.first_seen else None,
+            "evidence": self.evidence,
+        }

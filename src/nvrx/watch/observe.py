@@ -1,0 +1,220 @@
+"""One pass's observation: cycle-info files, the checkpoint file and Slurm, into a Snapshot.
+
+Slurm costs at most one squeue (the chain's generations, by name and user) and one sacct (task-0
+endings in the churn window) per pass, plus one targeted sacct only when a generation lost its
+task 0 longer ago than that window. A failed query is recorded in the snapshot, never read as
+"nothing running" (reference §3).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from nvrx.config import WatchSettings
+from nvrx.slurm import JobState, QueueRow, Slurm, SlurmError, SlurmValueError
+from nvrx.slurm.parse import AccountingRow
+from nvrx.watch.cycles import ROUTINE_SKIP_REASONS, CycleCache, read_cycles
+from nvrx.watch.model import (
+    Checkpoint,
+    Generation,
+    Platform,
+    SkippedFile,
+    Snapshot,
+    TaskZeroEnding,
+)
+from nvrx.watch.resolve import Target
+from nvrx.watch.state import WatchState
+
+_CHECKPOINT_CAP = 4096
+# Cycle starts further ahead of this host's clock than this are a skewed writer, not news.
+FUTURE_TOLERANCE = 300.0
+
+
+def read_checkpoint(
+    path: str | None, state: WatchState, now: datetime, save_every: int | None = None
+) -> Checkpoint:
+    """The checkpoint iteration (one integer) and its mtime; the state remembers since when
+    the value is unchanged. A missing file is no value, not an error. A file that cannot be read
+    right now (being rewritten, unreadable) keeps the last value seen, with the error noted."""
+    if path is None:
+        return Checkpoint(None)
+    interval = state.save_interval_seconds(save_every)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not hang the pass
+    except FileNotFoundError:
+        return Checkpoint(path, save_interval_seconds=interval)
+    except OSError as exc:
+        return _last_known(path, state, f"unreadable: {exc.strerror}", interval)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return _last_known(path, state, "not a regular file", interval)
+        raw = os.read(fd, _CHECKPOINT_CAP)
+    except OSError as exc:
+        return _last_known(path, state, f"unreadable: {exc.strerror}", interval)
+    finally:
+        os.close(fd)
+    mtime = datetime.fromtimestamp(st.st_mtime, UTC)
+    try:
+        value = int(raw.decode("ascii").strip())
+    except (UnicodeDecodeError, ValueError):
+        return _last_known(path, state, "not an integer (being written?)", interval)
+    state.see_checkpoint(value, mtime, now)
+    return Checkpoint(
+        path,
+        value=value,
+        mtime=mtime,
+        first_seen=state.checkpoint_first_seen,
+        save_interval_seconds=state.save_interval_seconds(save_every),
+    )
+
+
+def _last_known(path: str, state: WatchState, error: str, interval: float | None) -> Checkpoint:
+    return Checkpoint(
+        path,
+        value=state.checkpoint_value,
+        first_seen=state.checkpoint_first_seen,
+        save_interval_seconds=interval,
+        error=error,
+    )
+
+
+def _ours(row_comment: str, job_id: str, target: Target) -> bool:
+    """A row of the watched chain: by chain id when there is one (another chain may share the
+    name), else every job of the name and user."""
+    chain = target.chain
+    if chain.chain_id is None:
+        return True
+    return row_comment.startswith(f"nvrx-chain={chain.chain_id} ") or (
+        job_id in chain.manifest_job_ids
+    )
+
+
+def _generations(rows: list[QueueRow], target: Target) -> tuple[Generation, ...]:
+    tasks: dict[str, dict[int, JobState]] = {}
+    user = target.chain.user
+    for row in rows:
+        if (user and row.user != user) or not _ours(row.comment, row.array_job_id, target):
+            continue
+        index = row.task_id if row.task_id is not None else 0
+        tasks.setdefault(row.array_job_id, {})[index] = row.state
+    return tuple(Generation(job, states) for job, states in sorted(tasks.items()))
+
+
+def _ending(row: AccountingRow, target: Target) -> TaskZeroEnding:
+    chain = target.chain
+    flagged = False
+    if chain.work_dir is not None:
+        flag = Path(chain.work_dir) / "nvrx" / row.array_job_id / "control" / "no_restart"
+        flagged = flag.exists()
+    code = row.exit.code if row.exit is not None else None
+    return TaskZeroEnding(
+        job_id=row.array_job_id,
+        state=row.state,
+        end=row.end,
+        exit=row.exit,
+        no_restart=flagged or code == chain.no_restart_exit_code,
+    )
+
+
+def _task_zero_endings(
+    rows: list[AccountingRow], target: Target, known: set[str]
+) -> list[TaskZeroEnding]:
+    """Task-0 rows that ended: `<arr>_0` (or a plain job), never a pending `<arr>_[..]` range."""
+    out = []
+    for row in rows:
+        if row.is_pending_range or row.task_id not in (0, None):
+            continue
+        if target.chain.chain_id is not None and row.array_job_id not in known:
+            continue
+        if row.state.is_terminal:
+            out.append(_ending(row, target))
+    return out
+
+
+def observe_platform(
+    target: Target, slurm: Slurm, settings: WatchSettings, now: datetime
+) -> Platform:
+    chain = target.chain
+    assert chain.name is not None
+    try:
+        rows = slurm.queue(name=chain.name, user=chain.user or None)
+    except (SlurmError, SlurmValueError) as exc:
+        return Platform(queue_ok=False, queue_error=str(exc))
+    generations = _generations(rows, target)
+    known = set(chain.manifest_job_ids) | {g.job_id for g in generations}
+    try:
+        acct = slurm.accounting(
+            name=chain.name,
+            user=chain.user or None,
+            since=now - timedelta(seconds=settings.churn_window),
+        )
+        endings = _task_zero_endings(acct, target, known)
+        # A generation whose task 0 left the queue longer ago than the window: ask for it.
+        seen = {e.job_id for e in endings}
+        missing = [g.job_id for g in generations if not g.task0_live and g.job_id not in seen]
+        if missing:
+            endings += _task_zero_endings(slurm.accounting(missing), target, known | set(missing))
+    except (SlurmError, SlurmValueError) as exc:
+        return Platform(
+            queue_ok=True, accounting_ok=False, accounting_error=str(exc), generations=generations
+        )
+    return Platform(queue_ok=True, generations=generations, endings=tuple(endings))
+
+
+def observe(
+    target: Target,
+    slurm: Slurm | None,
+    settings: WatchSettings,
+    state: WatchState,
+    cache: CycleCache | None,
+    *,
+    host: str,
+    now: datetime | None = None,
+) -> Snapshot:
+    now = now or datetime.now(UTC)
+    cycles, skipped, stats = read_cycles(list(target.cycle_globs), cache)
+    future = [c for c in cycles if (c.start - now).total_seconds() > FUTURE_TOLERANCE]
+    if future:
+        # A writer whose clock runs ahead must not own "the latest cycle" (nor start storms).
+        cycles = [c for c in cycles if c not in future]
+        skipped += [
+            SkippedFile(c.path, "start time in the future (the writer's clock ahead?)")
+            for c in future
+        ]
+    current = cycles[-1].job_id if cycles else None
+    checkpoint = read_checkpoint(
+        target.checkpoint_path(current), state, now, target.chain.save_interval_iterations
+    )
+    platform = observe_platform(target, slurm, settings, now) if slurm is not None else None
+    return Snapshot(
+        observed_at=now,
+        host=host,
+        chain=target.chain,
+        cycles=tuple(cycles),
+        checkpoint=checkpoint,
+        platform=platform,
+        # The .current pointer of every generation is skipped on every pass: not news.
+        skipped=tuple(s for s in skipped if s.reason not in ROUTINE_SKIP_REASONS),
+        notes=(f"cycle cache: {stats.cache_error}",) if stats.cache_error else (),
+        cycles_blind=_blind_location(target, skipped),
+    )
+
+
+def _blind_location(target: Target, skipped: list[SkippedFile]) -> str | None:
+    """Why the cycle files' location cannot be read, if it cannot. A generation directory that
+    does not exist yet (a chain still pending) is not blindness; a work dir that is missing or
+    unreadable (not mounted on this login node, a typo, no permission) is."""
+    work = target.chain.work_dir
+    if work is not None and not os.access(work, os.R_OK | os.X_OK):
+        return f"{work}: " + ("not found" if not os.path.exists(work) else "not readable")
+    for skip in skipped:
+        reason = skip.reason
+        if reason.startswith(("directory not readable", "symlink loop", "not a directory")):
+            return f"{skip.path}: {reason}"
+        if reason == "directory not found" and not os.path.isdir(os.path.dirname(skip.path)):
+            return f"{skip.path}: {reason} (nor its parent)"
+    return None

@@ -1,0 +1,213 @@
+"""How a watch pass reports: one screen for people, one JSON object per pass for programs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from nvrx.slurm.hostlist import compress
+from nvrx.watch.model import Severity
+from nvrx.watch.run import EXIT_CRITICAL, EXIT_DEGRADED, PassResult
+
+JSON_SCHEMA = 1
+_STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def _age(now: datetime, then: datetime | None) -> float | None:
+    return None if then is None else round((now - then).total_seconds(), 1)
+
+
+def _ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    if seconds < 0:
+        return "in the future"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit} ago"
+    return f"{seconds:.0f}s ago"
+
+
+def pass_json(result: PassResult) -> dict[str, Any]:
+    snap = result.snapshot
+    now = snap.observed_at
+    chain = snap.chain
+    latest = snap.latest
+    current = snap.current_job
+    platform = snap.platform
+    ckpt = snap.checkpoint
+    return {
+        "schema": JSON_SCHEMA,
+        "observed_at": now.isoformat(),
+        "host": snap.host,
+        "exit_code": result.exit_code,
+        "degraded": result.degraded,
+        "chain": {
+            "name": chain.name,
+            "user": chain.user,
+            "chain_id": chain.chain_id,
+            "work_dir": chain.work_dir,
+            "resolved_from": chain.resolved_from,
+            "expect_running": chain.expect_running,
+            "max_restarts": chain.max_restarts,
+        },
+        "snapshot": {
+            "platform": None
+            if platform is None
+            else {
+                "queue_ok": platform.queue_ok,
+                "queue_error": platform.queue_error,
+                "accounting_ok": platform.accounting_ok,
+                "accounting_error": platform.accounting_error,
+                "generations": [
+                    {
+                        "job_id": g.job_id,
+                        "tasks": {str(k): v.value for k, v in sorted(g.task_states.items())},
+                        "running": g.running,
+                        "pending": g.pending,
+                        "task0_live": g.task0_live,
+                    }
+                    for g in platform.generations
+                ],
+                "task0_endings": [
+                    {
+                        "job_id": e.job_id,
+                        "state": e.state.value,
+                        "end": _iso(e.end),
+                        "exit": str(e.exit) if e.exit else None,
+                        "no_restart": e.no_restart,
+                    }
+                    for e in platform.endings
+                ],
+            },
+            "cycles": len(snap.cycles),
+            "current_job": current,
+            "restarts": len(snap.cycles_of(current)) - 1 if current else None,
+            "latest_cycle": None
+            if latest is None
+            else {
+                "key": latest.key,
+                "cycle_number": latest.cycle_number,
+                "start": _iso(latest.start),
+                "end": _iso(latest.end),
+                "age_seconds": _age(now, latest.start),
+                "active_nodes": compress(latest.active_nodes),
+                "standby_nodes": compress(latest.standby_nodes),
+            },
+            "checkpoint": {
+                "path": ckpt.path,
+                "value": ckpt.value,
+                "mtime": _iso(ckpt.mtime),
+                "age_seconds": _age(now, ckpt.mtime),
+                "first_seen": _iso(ckpt.first_seen),
+                "save_interval_seconds": ckpt.save_interval_seconds,
+                "error": ckpt.error,
+            },
+            "skipped_files": len(snap.skipped),
+        },
+        "findings": [f.to_json() for f in result.findings],
+        "actions": result.actions,
+        "sink_errors": result.sink_errors,
+        "notes": result.notes,
+    }
+
+
+def print_pass(result: PassResult, out: Console) -> None:
+    snap = result.snapshot
+    now = snap.observed_at
+    chain = snap.chain
+    status = {EXIT_CRITICAL: ("CRITICAL", "bold red"), EXIT_DEGRADED: ("DEGRADED", "yellow")}.get(
+        result.exit_code, ("CLEAN", "green")
+    )
+    title = Text("nvrx watch: ")
+    title.append(f"{chain.name or '(cycle files only)'}", style="bold")
+    if chain.chain_id:
+        title.append(f" (chain {chain.chain_id})")
+    if chain.user:
+        title.append(f", user {chain.user}")
+    title.append("  ")
+    title.append(status[0], style=status[1])
+    out.print(title)
+    if chain.work_dir:
+        out.print(Text(f"work dir: {chain.work_dir}", style="dim"))
+
+    def say(text: str, style: str = "") -> None:
+        out.print(Text(text, style=style))  # data (paths, errors) is never rich markup
+
+    platform = snap.platform
+    if platform is None:
+        say("generations: not asked (--platform none)")
+    elif not platform.queue_ok:
+        say(f"generations: UNKNOWN (squeue failed: {platform.queue_error})", "yellow")
+    else:
+        parts = []
+        for g in platform.generations:
+            task0 = g.task_states.get(0)
+            parts.append(
+                f"{g.job_id}: task0 {task0.value if task0 else 'gone'}, "
+                f"{g.running} running, {g.pending} pending"
+            )
+        say("generations: " + ("; ".join(parts) or "none queued or running"))
+        if platform.endings:
+            recent = sorted(platform.endings, key=lambda e: e.end or now)[-3:]
+            say(
+                "task 0 endings: "
+                + "; ".join(
+                    f"{e.job_id} {e.state.value} {e.exit or '?'}"
+                    + (" (no-restart verdict)" if e.no_restart else "")
+                    + (f", {_ago(_age(now, e.end))}" if e.end else "")
+                    for e in recent
+                )
+            )
+
+    latest = snap.latest
+    if latest is None:
+        say("cycle: no cycle-info files yet")
+    else:
+        restarts = len(snap.cycles_of(latest.job_id)) - 1
+        end = "open" if latest.end is None else f"ended {_ago((now - latest.end).total_seconds())}"
+        standby = compress(latest.standby_nodes) or "none"
+        say(
+            f"cycle: {latest.key} (cycle {latest.cycle_number}, {restarts} restart(s) in this "
+            f"generation), started {_ago((now - latest.start).total_seconds())}, {end}; "
+            f"active {compress(latest.active_nodes)}, standby {standby}"
+        )
+    ckpt = snap.checkpoint
+    if ckpt.value is not None:
+        written = _ago(_age(now, ckpt.mtime)) if ckpt.mtime else "earlier"
+        say(
+            f"checkpoint: iteration {ckpt.value}, written {written}"
+            + (f" (now {ckpt.error})" if ckpt.error else "")
+        )
+    elif ckpt.error:
+        say(f"checkpoint: {ckpt.path}: {ckpt.error}", "yellow")
+    else:
+        say(f"checkpoint: none yet ({ckpt.path or 'no checkpoint file known'})")
+    if snap.cycles_blind:
+        say(f"cycle files: UNREADABLE ({snap.cycles_blind})", "yellow")
+
+    if not result.findings:
+        say("findings: none", "green")
+    for f in result.findings:
+        row = Text("  ")
+        row.append(f"{f.severity.value.upper():8}", style=_STYLE[f.severity])
+        row.append(f" {f.detector}: {f.summary}")
+        if f.first_seen is not None and (now - f.first_seen).total_seconds() >= 60:
+            row.append(f" (since {_ago(_age(now, f.first_seen))})", style="dim")
+        out.print(row)
+        for extra in (f.detail, f"runbook: {f.runbook}" if f.runbook else ""):
+            if extra:
+                say(f"           {extra}", "dim")
+    for action in result.actions:
+        say(action, "bold")
+    for error in result.sink_errors:
+        say(f"sink failed: {error}", "yellow")
+    for note in result.notes:
+        say(f"note: {note}", "dim")

@@ -1,0 +1,370 @@
+"""Which chain a watch follows, and where its files are (reference: watch.md §2).
+
+From a job id: name, owner, batch script and working directory from `scontrol show job`
+(falling back to sacct once the controller forgot the job); then the chain manifest in the
+working directory or next to the script (an nvrx chain), else the script's own
+`--ft-cycle-info-dir` / `--ft-checkpoint-iteration-file`. A work dir alone is enough too. Flags
+override whatever was resolved. What a job id resolved to is remembered in the state dir, so a
+cron watch keeps working after the controller purges that job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shlex
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from nvrx.chain.manifest import ChainManifest, manifest_path, read_manifest
+from nvrx.chain.shape import ChainError
+from nvrx.config import (
+    SHELL_ASSIGNMENT_RE,
+    ConfigError,
+    WatchSettings,
+    expand_shell_value,
+    expand_shell_word,
+)
+from nvrx.files import write_atomic
+from nvrx.slurm import JobForgotten, Slurm, SlurmError, SlurmValueError
+from nvrx.slurm.ids import check_job_id
+from nvrx.watch.model import ChainRef
+
+CHECKPOINT_NAME = "latest_checkpointed_iteration.txt"
+_SCRIPT_CAP = 1024 * 1024
+
+
+class WatchError(Exception):
+    """The watch cannot start as asked; one line for the user."""
+
+
+class WatchBlind(WatchError):
+    """Slurm could not be asked while resolving: the pass is blind, not misconfigured."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a pass observes: the chain, the cycle-info globs and the checkpoint file.
+
+    `checkpoint_file` may contain `{job}`, replaced by the current generation's id (the
+    no-restart demo's progress file lives in each generation's control dir).
+    """
+
+    chain: ChainRef
+    cycle_globs: tuple[str, ...]
+    checkpoint_file: str | None
+    state_key: str
+
+    def checkpoint_path(self, job: str | None) -> str | None:
+        if self.checkpoint_file is None:
+            return None
+        if "{job}" in self.checkpoint_file:
+            return None if job is None else self.checkpoint_file.replace("{job}", job)
+        return self.checkpoint_file
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """The flags that override resolution."""
+
+    job_id: str | None = None
+    work_dir: Path | None = None
+    job_name: str | None = None
+    user: str | None = None
+    cycle_info_glob: str | None = None
+    checkpoint_file: str | None = None
+    platform: str = "slurm"
+    max_restarts: int | None = None
+    no_restart_exit_code: int = 93
+
+
+def resolve(over: Overrides, slurm: Slurm | None, settings: WatchSettings) -> Target:
+    """Resolve the watched chain; raises WatchError with a one-line reason (WatchBlind when
+    Slurm could not be asked)."""
+    if over.platform == "none" and over.work_dir is None and over.cycle_info_glob is None:
+        raise WatchError("--platform none needs --work-dir or --cycle-info-glob")
+    if over.job_id is None and over.work_dir is None and over.cycle_info_glob is None:
+        raise WatchError("give a JOB_ID, --work-dir or --cycle-info-glob")
+
+    target: Target | None = None
+    name = user = None
+    if over.work_dir is not None:
+        target = _from_work_dir(Path(os.path.realpath(over.work_dir)))
+    elif over.job_id is not None and slurm is not None and over.platform == "slurm":
+        try:
+            job_id = check_job_id(over.job_id)
+        except SlurmValueError as exc:
+            raise WatchError(str(exc)) from None
+        remembered = _recall(settings, job_id)
+        try:
+            name, user, script, work = _from_slurm(job_id, slurm)
+        except WatchBlind:
+            if remembered is None:
+                raise
+            target = remembered  # Slurm is down: watch what this job id resolved to before
+        else:
+            target = _from_job(script, work, name, user)
+            if target is None and remembered is not None and remembered.chain.name == name:
+                target = remembered  # the controller purged the job; accounting knew its name
+            if target is None:
+                raise WatchError(
+                    f"job {job_id} ({name}) has no chain manifest and no readable batch script "
+                    "with NVRx flags; give --work-dir or --cycle-info-glob"
+                )
+            _remember(settings, job_id, target)
+    if target is None:
+        target = Target(ChainRef(None, None, None, resolved_from="flags"), (), None, "")
+
+    chain = target.chain
+    if chain.resolved_from != "manifest":
+        chain = replace(chain, no_restart_exit_code=over.no_restart_exit_code)
+    chain = replace(
+        chain,
+        name=over.job_name or chain.name or name,
+        # Never every user's jobs by default: an --act must not touch someone else's queue.
+        user=over.user or settings.user or chain.user or user or Slurm.current_user(),
+        max_restarts=over.max_restarts
+        if over.max_restarts is not None
+        else settings.max_restarts
+        if settings.max_restarts is not None
+        else chain.max_restarts,
+    )
+    if not chain.expect_running and chain.resolved_from != "manifest":
+        chain = replace(chain, expect_running=_expected(settings, chain.name))
+    globs = (over.cycle_info_glob,) if over.cycle_info_glob else target.cycle_globs
+    checkpoint = over.checkpoint_file or target.checkpoint_file
+    if over.platform == "slurm" and chain.name is None:
+        raise WatchError(
+            "the chain's job name is unknown: give a JOB_ID, --job-name or a work dir with a "
+            "chain manifest"
+        )
+    return Target(chain, globs, checkpoint, _state_key(chain, globs))
+
+
+def _expected(settings: WatchSettings, name: str | None) -> bool:
+    """Upstream's expect-chain marker: a file holding the job name of a chain that should be
+    alive (nvrx chains use their manifest instead)."""
+    try:
+        text = Path(settings.expect_file).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return name is not None and name in text.split()
+
+
+def _from_work_dir(work_dir: Path) -> Target:
+    path = manifest_path(work_dir)
+    if path.exists():
+        try:
+            return from_manifest(read_manifest(path))
+        except ChainError as exc:
+            raise WatchError(str(exc)) from None
+    chain = ChainRef(None, None, str(work_dir), resolved_from="work dir")
+    return Target(
+        chain,
+        (str(work_dir / "nvrx" / "*" / "cycle_infos" / "cycle_info.*"),),
+        str(work_dir / "checkpoints" / CHECKPOINT_NAME),
+        "",
+    )
+
+
+def from_manifest(m: ChainManifest) -> Target:
+    """An nvrx chain: everything is in its manifest."""
+
+    def setting(key: str) -> object:
+        entry = m.settings.get(key)
+        return entry.get("value") if isinstance(entry, dict) else None
+
+    demo = bool(setting("chain.no_restart_demo"))
+    max_restarts = setting("chain.max_restarts")
+    code = setting("chain.no_restart_exit_code")
+    save_every = setting("chain.save_interval")
+    work = Path(m.work_dir)
+    chain = ChainRef(
+        name=m.job_name,
+        user=m.submitter.user,
+        work_dir=m.work_dir,
+        chain_id=m.chain_id,
+        manifest_job_ids=tuple(m.job_ids),
+        expect_running=m.cancelled_at is None,
+        max_restarts=max_restarts if isinstance(max_restarts, int) else None,
+        no_restart_exit_code=code if isinstance(code, int) else 93,
+        # The demo's static progress file never advances: there is no save interval to learn.
+        save_interval_iterations=save_every if isinstance(save_every, int) and not demo else None,
+        resolved_from="manifest",
+    )
+    checkpoint = (
+        str(work / "nvrx" / "{job}" / "control" / "static_iter.txt")
+        if demo
+        else str(work / "checkpoints" / CHECKPOINT_NAME)
+    )
+    globs = (str(work / "nvrx" / "*" / "cycle_infos" / "cycle_info.*"),)
+    return Target(chain, globs, checkpoint, "")
+
+
+def _from_slurm(job_id: str, slurm: Slurm) -> tuple[str, str, str | None, str | None]:
+    """(name, user, batch script, working dir) of a job; sacct when the controller forgot it.
+    A task of an array that never started has no record of its own: its array's record serves
+    (every task shares name, owner and script)."""
+    records = []
+    for candidate in dict.fromkeys([job_id, job_id.split("_", 1)[0]]):
+        try:
+            records = slurm.show_job(candidate)
+        except JobForgotten:
+            continue
+        except SlurmError as exc:
+            raise WatchBlind(f"cannot resolve job {job_id}: {exc}") from None
+        break
+    if records:
+        info = records[0]
+        return info.name, info.user, info.command or None, info.work_dir or None
+    try:
+        rows = slurm.accounting([job_id])
+    except SlurmError as exc:
+        raise WatchBlind(f"cannot resolve job {job_id}: {exc}") from None
+    if not rows:
+        raise WatchError(f"job {job_id} is unknown to the controller and to accounting")
+    return rows[0].name, rows[0].user, None, None
+
+
+def _from_job(script: str | None, work: str | None, name: str, user: str) -> Target | None:
+    """An nvrx manifest in the job's working dir or next to its script, else the script's
+    last NVRx flags (reference §2)."""
+    for where in (work, os.path.dirname(script) if script else None):
+        if not where:
+            continue
+        manifest = Path(where) / "chain.json"
+        if manifest.exists():
+            try:
+                target = from_manifest(read_manifest(manifest))
+            except ChainError:
+                continue
+            if target.chain.name == name:
+                return target
+    if script is None:
+        return None
+    try:
+        if os.path.getsize(script) > _SCRIPT_CAP:
+            return None
+        text = Path(script).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    found = flags_from_script(text)
+    cycles = found.get("cycles")
+    if cycles is None:
+        return None
+    base = Path(work) if work else Path(script).parent
+    cycles_dir = base / cycles  # an absolute path stays as it is
+    checkpoint = found.get("checkpoint")
+    if checkpoint is not None:
+        checkpoint = str(base / checkpoint)
+        if "*" in checkpoint:
+            checkpoint = None  # a per-job path cannot be watched across generations
+    chain = ChainRef(name, user, work, resolved_from="batch script")
+    return Target(chain, (str(cycles_dir / "cycle_info.*"),), checkpoint, "")
+
+
+_FLAG_RES = {
+    "cycles": re.compile(r"^--ft[-_]cycle[-_]info[-_]dir(?:=(.*))?$"),
+    "checkpoint": re.compile(r"^--ft[-_]checkpoint[-_]iteration[-_]file(?:=(.*))?$"),
+}
+
+
+def flags_from_script(text: str) -> dict[str, str]:
+    """The last `--ft-cycle-info-dir` and `--ft-checkpoint-iteration-file` of a batch script,
+    with simple assignments expanded and the job id variables turned into `*` (so the glob
+    covers every generation). Nothing in the script is executed; a value that depends on
+    anything else (a command substitution, a sourced file, an unset variable) is not guessed:
+    the flag counts as not found."""
+    assigned: dict[str, str] = {"SLURM_ARRAY_JOB_ID": "*", "SLURM_JOB_ID": "*"}
+    unresolved: set[str] = set()
+
+    def lookup(var: str) -> str | None:
+        if var in assigned:
+            return assigned[var]
+        if var in ("HOME", "USER"):
+            return os.environ.get(var)
+        unresolved.add(var)
+        return None
+
+    found: dict[str, str] = {}
+    for raw in text.replace("\\\n", " ").splitlines():  # continuation lines joined
+        line = raw.strip()
+        m = SHELL_ASSIGNMENT_RE.match(line)
+        if m is not None and not m.group(2).startswith("("):
+            # A command substitution or another unsupported form leaves the name unset.
+            assigned.pop(m.group(1), None)
+            with contextlib.suppress(ConfigError):
+                assigned[m.group(1)] = expand_shell_value(m.group(2), lookup, "script")
+            continue
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError:
+            continue
+        for i, word in enumerate(words):
+            for what, flag_re in _FLAG_RES.items():
+                fm = flag_re.match(word)
+                if fm is None:
+                    continue
+                value = (
+                    fm.group(1)
+                    if fm.group(1) is not None
+                    else (words[i + 1] if i + 1 < len(words) else None)
+                )
+                if value is None:
+                    continue
+                unresolved.clear()
+                try:
+                    expanded = expand_shell_word(value, lookup, "script")
+                except ConfigError:
+                    found.pop(what, None)
+                    continue
+                if unresolved:
+                    found.pop(what, None)  # "$RUN/ci" with RUN unknown is not "/ci"
+                else:
+                    found[what] = expanded
+    return found
+
+
+def _state_key(chain: ChainRef, globs: tuple[str, ...]) -> str:
+    """One state file per watched chain, so several watches per user never share one."""
+    if chain.chain_id:
+        return f"chain-{chain.chain_id}"
+    basis = "\0".join([chain.name or "", chain.user or "", *globs])
+    digest = hashlib.sha256(basis.encode()).hexdigest()[:12]
+    label = re.sub(r"[^A-Za-z0-9._-]", "_", chain.name or "cycles")[:60]
+    return f"{label}-{digest}"
+
+
+def _memo_path(settings: WatchSettings, job_id: str) -> Path:
+    return Path(settings.state_dir) / "resolved" / f"{job_id}.json"
+
+
+def _remember(settings: WatchSettings, job_id: str, target: Target) -> None:
+    """Best effort: a later pass (after the controller purged the job) starts from here."""
+    path = _memo_path(settings, job_id)
+    data = {
+        "chain": asdict(target.chain),
+        "cycle_globs": list(target.cycle_globs),
+        "checkpoint_file": target.checkpoint_file,
+    }
+    with contextlib.suppress(OSError):
+        write_atomic(path, json.dumps(data))
+
+
+def _recall(settings: WatchSettings, job_id: str) -> Target | None:
+    try:
+        data: Any = json.loads(_memo_path(settings, job_id).read_text())
+        chain = data["chain"]
+        chain["manifest_job_ids"] = tuple(chain.get("manifest_job_ids") or ())
+        ref = ChainRef(**chain)
+        target = Target(ref, tuple(data["cycle_globs"]), data["checkpoint_file"], "")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if ref.resolved_from == "manifest" and ref.work_dir is not None:
+        with contextlib.suppress(WatchError):
+            return _from_work_dir(Path(ref.work_dir))  # the manifest may have changed
+    return target

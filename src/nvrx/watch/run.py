@@ -1,0 +1,224 @@
+"""One watch pass, end to end: observe, detect, (maybe) act, report to the sinks, remember.
+
+Detect ≠ act: the only action, cancelling an orphaned generation's pending tasks, runs only
+with --act; observe-only prints the command the owner should run. --dry-run suppresses the
+action, alerts, heartbeat and state writes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import shlex
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+
+from nvrx.chain.manifest import manifest_path, read_manifest
+from nvrx.chain.shape import ChainError
+from nvrx.config import WatchSettings
+from nvrx.slurm import JobState, Slurm, SlurmError
+from nvrx.watch.cycles import CycleCache
+from nvrx.watch.detectors import DETECTORS, run_detectors
+from nvrx.watch.detectors import degraded as is_degraded
+from nvrx.watch.model import Finding, Severity, Snapshot
+from nvrx.watch.observe import observe
+from nvrx.watch.resolve import Target, from_manifest
+from nvrx.watch.sinks import (
+    WEBHOOK,
+    file_logger,
+    heartbeat,
+    log_findings,
+    post_webhook,
+    prometheus_text,
+    webhook_payload,
+    write_textfile,
+)
+from nvrx.watch.state import WatchState, load_state, save_state
+
+EXIT_CLEAN, EXIT_DEGRADED, EXIT_CRITICAL = 0, 1, 2
+
+
+@dataclass
+class PassResult:
+    snapshot: Snapshot
+    findings: list[Finding]
+    degraded: bool
+    actions: list[str] = field(default_factory=list)
+    sink_errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        if any(f.severity is Severity.CRITICAL for f in self.findings):
+            return EXIT_CRITICAL
+        return EXIT_DEGRADED if self.degraded else EXIT_CLEAN
+
+
+@dataclass
+class Watcher:
+    target: Target
+    settings: WatchSettings
+    slurm: Slurm | None
+    host: str
+    act: bool = False
+    dry_run: bool = False
+    http: httpx.Client | None = None
+
+    @property
+    def dir(self) -> Path:
+        return Path(self.settings.state_dir) / self.target.state_key
+
+    def _refresh_target(self) -> None:
+        """An nvrx chain's manifest changes as it is extended or cancelled: reread it."""
+        chain = self.target.chain
+        if chain.resolved_from != "manifest" or chain.work_dir is None:
+            return
+        try:
+            fresh = from_manifest(read_manifest(manifest_path(Path(chain.work_dir))))
+        except ChainError:
+            return
+        self.target = replace(
+            self.target,
+            chain=replace(
+                fresh.chain,
+                user=chain.user,
+                name=chain.name,
+                max_restarts=chain.max_restarts,
+            ),
+        )
+
+    def run_pass(self, now: datetime | None = None) -> PassResult:
+        now = now or datetime.now(UTC)
+        self._refresh_target()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / ".lock", "a+") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                owner = True
+            except BlockingIOError:
+                owner = False  # another login node's pass holds the state: observe only
+            try:
+                return self._pass(now, writes=owner and not self.dry_run, owner=owner)
+            finally:
+                if owner:
+                    fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _pass(self, now: datetime, *, writes: bool, owner: bool) -> PassResult:
+        state = load_state(self.dir / "state.json")
+        cache = CycleCache(self.dir / "cycles-cache.json", read_only=not writes)
+        snap = observe(
+            self.target, self.slurm, self.settings, state, cache, host=self.host, now=now
+        )
+        findings = [
+            replace(f, first_seen=state.first_seen(f.key, now))
+            for f in run_detectors(snap, self.settings)
+        ]
+        result = PassResult(snap, findings, is_degraded(snap))
+        if not result.degraded:
+            # A blind pass silences the queue-based detectors; their findings are not over.
+            state.forget_findings_except({f.key for f in findings})
+        if state.note:
+            result.notes.append(state.note)
+        result.notes += [*snap.notes, *(f"skipped {s.path}: {s.reason}" for s in snap.skipped)]
+        if not owner:
+            result.notes.append(
+                "another watch pass holds this chain's state: no alerts, state or cache writes"
+            )
+
+        logger = file_logger(self.dir / "watch.log", self.dry_run)
+        log_findings(logger, findings)
+        for note in result.notes:
+            logger.info("note: %s", note)
+        self._act(result, logger)
+        if writes:
+            self._alert(result, state, now, logger)
+        if not result.degraded:
+            state.last_success[self.host] = now
+        if self.settings.prom_file is not None and writes:
+            try:
+                write_textfile(
+                    Path(self.settings.prom_file),
+                    prometheus_text(
+                        snap,
+                        findings,
+                        result.degraded,
+                        state.last_success.get(self.host),
+                        list(DETECTORS),
+                    ),
+                )
+            except OSError as exc:
+                self._sink_failed(result, logger, f"prom file: {exc}")
+        if not result.degraded and not self.dry_run and self.settings.heartbeat_url:
+            # A dead-man switch: it must stop when the watcher cannot see (a blind pass).
+            try:
+                heartbeat(self._client(), self.settings.heartbeat_url)
+            except (httpx.HTTPError, httpx.InvalidURL) as exc:
+                self._sink_failed(result, logger, f"heartbeat: {exc}")
+        state.last_pass = now
+        if writes:
+            try:
+                save_state(state, self.dir / "state.json")
+            except OSError as exc:
+                result.notes.append(f"state not saved: {exc}")
+        return result
+
+    def _client(self) -> httpx.Client:
+        if self.http is None:
+            self.http = httpx.Client(timeout=self.settings.http_timeout)
+        return self.http
+
+    def _sink_failed(self, result: PassResult, logger: logging.Logger, message: str) -> None:
+        result.sink_errors.append(message)
+        logger.warning("sink failed: %s", message)
+
+    def _act(self, result: PassResult, logger: logging.Logger) -> None:
+        for f in result.findings:
+            if not f.command:
+                continue
+            command = shlex.join(f.command)
+            if self.dry_run:
+                line = f"[dry-run] would run: {command}"
+            elif not self.act:
+                line = f"[observe-only] not acting; owner should run: {command}"
+            elif self.target.chain.chain_id is None:
+                # Without a chain id nothing proves the generation belongs to the watched run
+                # (another chain may share the name): never cancel on a guess.
+                line = (
+                    "[observe-only] --act needs an nvrx chain (a manifest with a chain id); "
+                    f"owner should run: {command}"
+                )
+            else:
+                line = self._cancel_pending(f)
+            result.actions.append(line)
+            logger.info("%s", line)
+
+    def _cancel_pending(self, f: Finding) -> str:
+        """The one action: cancel an orphaned generation's pending tasks (idempotent; a failure
+        is retried on the next pass)."""
+        assert self.slurm is not None
+        generation = f.command[-1]
+        try:
+            argv = self.slurm.cancel([generation], state=JobState.PENDING)
+        except SlurmError as exc:
+            return f"[act] FAILED: {shlex.join(f.command)}: {exc} (next pass retries)"
+        return f"[act] ran: {shlex.join(argv)}"
+
+    def _alert(
+        self, result: PassResult, state: WatchState, now: datetime, logger: logging.Logger
+    ) -> None:
+        url = self.settings.webhook_url
+        if not url:
+            return
+        cooldown = self.settings.alert_cooldown
+        for f in result.findings:
+            if not state.may_alert(f.key, WEBHOOK, now, cooldown):
+                continue
+            try:
+                post_webhook(self._client(), url, webhook_payload(f, result.snapshot))
+            except (httpx.HTTPError, httpx.InvalidURL) as exc:
+                self._sink_failed(result, logger, f"webhook for {f.key}: {exc}")
+                continue
+            state.alerted(f.key, WEBHOOK, now, cooldown)

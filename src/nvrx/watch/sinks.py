@@ -1,0 +1,145 @@
+"""Where findings go besides the terminal: the log file, a generic webhook, a Prometheus
+textfile and a dead-man heartbeat. Observation and paging must not share fate: a failing sink
+is logged and the pass goes on."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+
+from nvrx.files import write_atomic
+from nvrx.watch.model import Finding, Severity, Snapshot
+
+WEBHOOK = "webhook"
+
+
+def file_logger(path: Path, dry_run: bool) -> logging.Logger:
+    """`<time> [DRY] LEVEL message` lines in the chain's watch.log (upstream's format)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    logger = logging.getLogger(f"nvrx.watch.{path}")
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    if not logger.handlers:
+        handler = logging.FileHandler(path, encoding="utf-8")
+        dry = " [DRY]" if dry_run else ""
+        handler.setFormatter(logging.Formatter(f"%(asctime)s{dry} %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+    return logger
+
+
+def log_findings(logger: logging.Logger, findings: list[Finding]) -> None:
+    for f in findings:
+        level = {Severity.CRITICAL: logging.ERROR, Severity.WARNING: logging.WARNING}.get(
+            f.severity, logging.INFO
+        )
+        logger.log(level, "[%s] %s %s", f.severity.value.upper(), f.key, f.summary)
+        if f.detail:
+            logger.log(level, "    %s", f.detail)
+
+
+def webhook_payload(f: Finding, snap: Snapshot) -> dict[str, object]:
+    finding = {k: v for k, v in f.to_json().items() if k != "evidence"}  # pagers want it short
+    return {
+        **finding,
+        "text": f"[{f.severity.value.upper()}] {f.summary}",
+        "chain": snap.chain.name,
+        "chain_id": snap.chain.chain_id,
+        "host": snap.host,
+        "observed_at": snap.observed_at.isoformat(),
+    }
+
+
+def post_webhook(client: httpx.Client, url: str, payload: dict[str, object]) -> None:
+    response = client.post(url, json=payload)
+    response.raise_for_status()
+
+
+def heartbeat(client: httpx.Client, url: str) -> None:
+    response = client.get(url)
+    response.raise_for_status()
+
+
+def _label(value: str | None) -> str:
+    text = value or ""
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def prometheus_text(
+    snap: Snapshot,
+    findings: list[Finding],
+    degraded: bool,
+    last_success: datetime | None,
+    detectors: list[str],
+) -> str:
+    """Metrics in the node-exporter textfile format. Every detector and severity has a series
+    (0 when silent), so alerts on them do not see series appear and vanish."""
+    label = snap.chain.name or snap.chain.chain_id or snap.chain.work_dir or "cycles"
+    chain = f'chain="{_label(label)}"'
+    lines: list[str] = []
+
+    def metric(name: str, help_: str, samples: list[tuple[str, float]]) -> None:
+        lines.append(f"# HELP {name} {help_}")
+        lines.append(f"# TYPE {name} gauge")
+        for labels, value in samples:
+            lines.append(f"{name}{{{labels}}} {value:g}")
+
+    current = snap.current_job
+    metric(
+        "nvrx_watch_degraded",
+        "1 when the last pass could not read Slurm",
+        [(chain, 1 if degraded else 0)],
+    )
+    metric(
+        "nvrx_watch_last_pass_timestamp_seconds",
+        "time of the last pass",
+        [(chain, snap.observed_at.timestamp())],
+    )
+    if last_success is not None:
+        metric(
+            "nvrx_watch_last_success_timestamp_seconds",
+            "time of the last non-degraded pass",
+            [(chain, last_success.timestamp())],
+        )
+    if current is not None:
+        cycles = snap.cycles_of(current)
+        job = f'{chain},job="{_label(current)}"'
+        metric("nvrx_watch_cycles", "cycles of the current generation", [(job, len(cycles))])
+        metric(
+            "nvrx_watch_restarts",
+            "in-job restarts of the current generation",
+            [(job, max(len(cycles) - 1, 0))],
+        )
+    ckpt = snap.checkpoint
+    if ckpt.value is not None:
+        metric(
+            "nvrx_watch_checkpoint_iteration", "last checkpointed iteration", [(chain, ckpt.value)]
+        )
+    if ckpt.mtime is not None:
+        age = (snap.observed_at - ckpt.mtime).total_seconds()
+        metric(
+            "nvrx_watch_checkpoint_age_seconds",
+            "age of the checkpoint iteration file",
+            [(chain, max(age, 0.0))],
+        )
+    counts = Counter(f.detector for f in findings)
+    metric(
+        "nvrx_watch_findings",
+        "findings of the last pass by detector",
+        [(f'{chain},detector="{d}"', counts.get(d, 0)) for d in detectors],
+    )
+    by_severity = Counter(f.severity.value for f in findings)
+    metric(
+        "nvrx_watch_findings_total",
+        "findings of the last pass by severity",
+        [(f'{chain},severity="{s.value}"', by_severity.get(s.value, 0)) for s in Severity],
+    )
+    return "\n".join(lines) + "\n"
+
+
+def write_textfile(path: Path, text: str) -> None:
+    """Atomic, as node_exporter's textfile collector requires."""
+    write_atomic(path, text, mode=0o644)

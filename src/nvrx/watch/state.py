@@ -1,0 +1,151 @@
+"""The watch's memory between passes: one atomic JSON file per watched chain.
+
+Losing it is harmless (only cooldowns and first-seen times reset), so a corrupt file starts
+fresh instead of stopping observation.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from nvrx.files import write_atomic
+
+SCHEMA = 1
+_ADVANCES_KEPT = 12
+
+
+def _time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+@dataclass
+class WatchState:
+    last_pass: datetime | None = None
+    # Per host: a login node that stays blind must not borrow another node's success.
+    last_success: dict[str, datetime] = field(default_factory=dict)
+    checkpoint_value: int | None = None
+    checkpoint_first_seen: datetime | None = None
+    # (value, file mtime) each time the value changed: the observed checkpoint save interval.
+    checkpoint_advances: list[tuple[int, datetime]] = field(default_factory=list)
+    findings: dict[str, datetime] = field(default_factory=dict)  # key → first seen
+    alerts: dict[str, datetime] = field(default_factory=dict)  # "key\0sink" → last sent
+    note: str | None = None  # why the previous file was not used
+
+    def see_checkpoint(self, value: int | None, mtime: datetime | None, now: datetime) -> None:
+        if value is None:
+            return
+        if value != self.checkpoint_value:
+            if self.checkpoint_value is not None and mtime is not None:
+                self.checkpoint_advances.append((value, mtime))
+                del self.checkpoint_advances[:-_ADVANCES_KEPT]
+            self.checkpoint_value = value
+            # The value has been there since the file was written, not since this watcher
+            # first looked (the first pass after a restart of the watcher must not reset it).
+            self.checkpoint_first_seen = min(mtime, now) if mtime is not None else now
+
+    def save_interval_seconds(self, save_every: int | None = None) -> float | None:
+        """Seconds between two checkpoints, from the advances the watcher saw.
+
+        The watcher samples the file every pass, so the time between two seen advances is the
+        pass period, not the save interval: the rate (seconds per iteration between samples)
+        times the iterations per save is. Iterations per save come from the chain (Megatron's
+        --save-interval) or, failing that, the greatest common divisor of the observed steps.
+        """
+        steps = [
+            (v2 - v1, (t2 - t1).total_seconds())
+            for (v1, t1), (v2, t2) in itertools.pairwise(self.checkpoint_advances)
+            if v2 > v1 and t2 > t1
+        ]
+        if not steps:
+            return None
+        every = save_every or math.gcd(*(dv for dv, _ in steps))
+        return statistics.median(dt / dv for dv, dt in steps) * every
+
+    def first_seen(self, key: str, now: datetime) -> datetime:
+        return self.findings.setdefault(key, now)
+
+    def forget_findings_except(self, keys: set[str]) -> None:
+        """A finding that cleared starts over if it comes back."""
+        self.findings = {k: v for k, v in self.findings.items() if k in keys}
+
+    def may_alert(self, key: str, sink: str, now: datetime, cooldown: float) -> bool:
+        last = self.alerts.get(f"{key}\0{sink}")
+        return last is None or (now - last).total_seconds() >= cooldown
+
+    def alerted(self, key: str, sink: str, now: datetime, cooldown: float) -> None:
+        self.alerts[f"{key}\0{sink}"] = now
+        horizon = now - timedelta(seconds=max(4 * cooldown, 86400))
+        self.alerts = {k: v for k, v in self.alerts.items() if v >= horizon}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "last_pass": self.last_pass.isoformat() if self.last_pass else None,
+            "last_success": {h: t.isoformat() for h, t in self.last_success.items()},
+            "checkpoint": {
+                "value": self.checkpoint_value,
+                "first_seen": self.checkpoint_first_seen.isoformat()
+                if self.checkpoint_first_seen
+                else None,
+                "advances": [[v, t.isoformat()] for v, t in self.checkpoint_advances],
+            },
+            "findings": {k: v.isoformat() for k, v in self.findings.items()},
+            "alerts": {k: v.isoformat() for k, v in self.alerts.items()},
+        }
+
+
+def load_state(path: Path) -> WatchState:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return WatchState()
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return WatchState(note=f"state file {path} unreadable ({exc}); starting fresh")
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        return WatchState(note=f"state file {path} has another schema; starting fresh")
+    raw_ckpt = data.get("checkpoint")
+    ckpt: dict[str, Any] = raw_ckpt if isinstance(raw_ckpt, dict) else {}
+    advances: list[tuple[int, datetime]] = []
+    for item in ckpt.get("advances") or []:
+        if isinstance(item, list) and len(item) == 2 and isinstance(item[0], int):
+            when = _time(item[1])
+            if when is not None:
+                advances.append((item[0], when))
+    value = ckpt.get("value")
+
+    def times(mapping: Any) -> dict[str, datetime]:
+        out: dict[str, datetime] = {}
+        if isinstance(mapping, dict):
+            for k, v in mapping.items():
+                when = _time(v)
+                if isinstance(k, str) and when is not None:
+                    out[k] = when
+        return out
+
+    return WatchState(
+        last_pass=_time(data.get("last_pass")),
+        last_success=times(data.get("last_success")),
+        checkpoint_value=value if isinstance(value, int) else None,
+        checkpoint_first_seen=_time(ckpt.get("first_seen")),
+        checkpoint_advances=advances,
+        findings=times(data.get("findings")),
+        alerts=times(data.get("alerts")),
+    )
+
+
+def save_state(state: WatchState, path: Path) -> None:
+    """Atomically: every login node may run the watch at once."""
+    write_atomic(path, json.dumps(state.to_json(), indent=2) + "\n", mode=0o600)

@@ -1,0 +1,400 @@
+"""submit-chain on the local cluster, rehearsed with the CPU stand-in launcher: what an operator
+relies on a chain to do when tasks, workers and task 0 itself fail."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvrx.chain.manifest import read_manifest
+from nvrx.slurm import JobState, QueueRow, Slurm
+
+from .conftest import REPO, wait_for
+
+REHEARSAL = REPO / "examples" / "rehearsal" / "nvrx.yaml"
+NO_FAULTS = [
+    "--set",
+    "chain.no_restart_demo=false",
+    "--set",
+    "chain.fault_inject=false",
+    "--set",
+    "chain.inject_gpu_failure=",
+]
+
+
+@pytest.fixture
+def work_root(shared_dir: Path) -> Iterator[Path]:
+    """Work dirs on a filesystem every node sees; every chain submitted under it is cancelled
+    afterwards."""
+    yield shared_dir
+    for manifest in shared_dir.glob("*/chain.json"):
+        nvrx("--cancel", work=manifest.parent)
+
+
+def nvrx(
+    *args: str, work: Path, path_prefix: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    if path_prefix is not None:
+        env["PATH"] = f"{path_prefix}:{env['PATH']}"
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nvrx.cli",
+            "submit-chain",
+            "--config",
+            str(REHEARSAL),
+            "--work-dir",
+            str(work),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+
+
+def submit(work: Path, *args: str, path_prefix: Path | None = None) -> dict[str, Any]:
+    proc = nvrx("--json", *args, work=work, path_prefix=path_prefix)
+    assert proc.returncode == 0, proc.stderr
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    return doc
+
+
+def live(rows: list[QueueRow]) -> list[QueueRow]:
+    return [r for r in rows if r.state.is_live]
+
+
+def cycle_info(work: Path, generation: str, cycle: int) -> dict[str, Any] | None:
+    path = work / "nvrx" / generation / "cycle_infos" / f"cycle_info.{generation}.0.{cycle}"
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data
+
+
+def test_a_chain_is_k_generations_of_one_singleton_array(slurm: Slurm, work_root: Path) -> None:
+    work = work_root / "shape"
+    doc = submit(
+        work, "-K", "3", "--train-tasks", "2", "--hot-spares", "1", "--cold-spares", "1", *NO_FAULTS
+    )
+    ids = [g["job_id"] for g in doc["generations"]]
+    assert len(ids) == 3 and len(set(ids)) == 3
+    assert read_manifest(work / "chain.json").job_ids == ids
+    first, *later = ids
+
+    def first_generation_up() -> list[QueueRow] | None:
+        rows = slurm.queue([first])
+        running = [r for r in rows if r.state is JobState.RUNNING]
+        return rows if len(running) == 3 else None
+
+    rows = wait_for(first_generation_up, what="3 running tasks in generation 1")
+    (cold,) = [r for r in rows if r.state is JobState.PENDING]
+    assert (cold.task_id, cold.reason) == (3, "JobArrayTaskLimit")
+
+    def evaluated(generation: str) -> list[QueueRow] | None:
+        # The reason is "None" until the scheduler's next pass has looked at the job.
+        rows = slurm.queue([generation])
+        return rows if rows and all(r.reason for r in rows) else None
+
+    for generation in later:
+        queued = wait_for(partial(evaluated, generation), what="the later generations evaluated")
+        assert len(queued) == 4
+        assert all(r.state is JobState.PENDING and r.reason == "Dependency" for r in queued)
+    by_name = slurm.queue(name=doc["job_name"], user=Slurm.current_user())
+    assert {r.array_job_id for r in by_name} == set(ids)
+
+    info = wait_for(lambda: cycle_info(work, first, 0), what="cycle 0's cycle-info file")
+    assert info["cycle_end_time"] == "" and info["generation"] == "0"
+    assert info["standby_nodes"] != ""  # the hot spare waits in the rendezvous
+
+
+def test_a_worker_failure_is_a_new_cycle_not_a_new_generation(
+    slurm: Slurm, work_root: Path
+) -> None:
+    work = work_root / "restart"
+    doc = submit(
+        work,
+        "-K",
+        "1",
+        "--train-tasks",
+        "2",
+        "--hot-spares",
+        "0",
+        "--cold-spares",
+        "0",
+        "--set",
+        "chain.no_restart_demo=false",
+        "--set",
+        "chain.inject_gpu_failure=",
+        "--set",
+        "chain.fault_ranks=1",
+        "--set",
+        "chain.fault_delay=3",
+    )
+    (generation,) = [g["job_id"] for g in doc["generations"]]
+    wait_for(lambda: cycle_info(work, generation, 1), timeout=90, what="cycle 1")
+    closed = cycle_info(work, generation, 0)
+    assert closed is not None and closed["cycle_end_time"] != "" and closed["generation"] == "1"
+    task0 = [r for r in slurm.queue([generation]) if r.task_id == 0]
+    assert task0 and task0[0].state is JobState.RUNNING
+
+
+def test_losing_task_0_hands_off_to_the_next_generation_which_resumes(
+    slurm: Slurm, work_root: Path
+) -> None:
+    work = work_root / "handoff"
+    # Cycle 0: a workload fault after 3 s of checkpointing; cycle 1: the health check of infra
+    # rank 0 (task 0's node, the rendezvous host) fails, which ends the generation.
+    doc = submit(
+        work,
+        "-K",
+        "2",
+        "--train-tasks",
+        "2",
+        "--hot-spares",
+        "1",
+        "--cold-spares",
+        "0",
+        "--set",
+        "chain.no_restart_demo=false",
+        "--set",
+        "chain.inject_gpu_failure=1:0",
+        "--set",
+        "chain.fault_ranks=1",
+        "--set",
+        "chain.fault_delay=3",
+    )
+    first, second = (g["job_id"] for g in doc["generations"])
+    wait_for(lambda: not live(slurm.queue([first])), timeout=120, what="generation 1 to end")
+    assert (work / "nvrx" / first / "control" / "rdzv_closed").exists()
+    iteration = int((work / "checkpoints" / "latest_checkpointed_iteration.txt").read_text())
+    assert iteration > 0
+
+    wait_for(
+        lambda: any(r.state is JobState.RUNNING for r in slurm.queue([second])),
+        timeout=60,
+        what="generation 2 running",
+    )
+
+    def resumed() -> str | None:
+        for log in (work / "logs").glob(f"*_{second}_*_cycle0.log"):
+            for line in log.read_text(errors="replace").splitlines():
+                if "resuming from iteration" in line:
+                    return line
+        return None
+
+    line = wait_for(resumed, what="generation 2's first worker line")
+    resumed_at = int(line.split("resuming from iteration", 1)[1].split()[0])
+    assert resumed_at >= iteration > 0
+
+
+def test_no_restart_cancels_exactly_its_own_chain(slurm: Slurm, work_root: Path) -> None:
+    name = f"nvrx-test-{uuid.uuid4().hex[:8]}"
+    # Chain A is the no-restart demo (the default mode): a fault in cycle 0, no checkpoint
+    # progress (the demo's static iteration file), every launcher exits 93.
+    a = submit(
+        work_root / "a",
+        "-K",
+        "3",
+        "--train-tasks",
+        "2",
+        "--hot-spares",
+        "0",
+        "--cold-spares",
+        "0",
+        "--job-name",
+        name,
+        "--set",
+        "chain.fault_delay=3",
+    )
+    # Chain B shares the name (so singleton queues it behind A) and must survive A's verdict.
+    b = submit(
+        work_root / "b", "-K", "2", "--job-name", name, "--share-name", *NO_FAULTS, "--", "--hold"
+    )
+    a_ids = [g["job_id"] for g in a["generations"]]
+    b_ids = [g["job_id"] for g in b["generations"]]
+
+    wait_for(lambda: not live(slurm.queue(a_ids)), timeout=120, what="chain A to end")
+    assert (work_root / "a" / "nvrx" / a_ids[0] / "control" / "no_restart").exists()
+    acct = wait_for(
+        lambda: (
+            (rows := slurm.accounting(a_ids[1:]))
+            and all(r.state is JobState.CANCELLED for r in rows)
+            and rows
+        ),
+        what="A's later generations CANCELLED in sacct",
+    )
+    assert {r.array_job_id for r in acct} == set(a_ids[1:])
+    survivors = live(slurm.queue(b_ids))
+    assert {r.array_job_id for r in survivors} == set(b_ids)
+
+
+def sbatch_wrapper(bin_dir: Path, script: str) -> Path:
+    """A `sbatch` earlier on PATH that misbehaves on chosen calls and otherwise runs the real
+    one, as a flaky controller or a policy change would."""
+    real = shutil.which("sbatch")
+    assert real is not None
+    bin_dir.mkdir(parents=True)
+    wrapper = bin_dir / "sbatch"
+    counter = bin_dir / "calls"
+    wrapper.write_text(
+        "#!/bin/bash\n"
+        f'n=$(( $(cat {counter} 2>/dev/null || echo 0) + 1 )); echo "$n" > {counter}\n'
+        f"REAL={real}\n{script}\n"
+        'exec "$REAL" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return bin_dir
+
+
+def test_transient_sbatch_failures_still_give_exactly_k_generations(
+    slurm: Slurm, work_root: Path
+) -> None:
+    bin_dir = sbatch_wrapper(
+        work_root / "flaky-bin",
+        (
+            'case "$n" in\n'
+            # the job is created but the answer is lost
+            '  2) "$REAL" "$@" >/dev/null; echo "sbatch: error: Socket timed out on send/recv operation" >&2; exit 1;;\n'
+            # the controller is unreachable: nothing is created
+            '  3) echo "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)" >&2; exit 1;;\n'
+            "esac"
+        ),
+    )
+    work = work_root / "flaky"
+    doc = submit(work, "-K", "3", *NO_FAULTS, "--", "--hold", path_prefix=bin_dir)
+    ids = [g["job_id"] for g in doc["generations"]]
+    assert len(set(ids)) == 3
+    assert (bin_dir / "calls").read_text().strip() == "4"
+    queued = slurm.queue(name=doc["job_name"], user=Slurm.current_user())
+    assert {r.array_job_id for r in queued} == set(ids)
+
+
+def test_a_permanent_failure_keeps_the_manifest_true_and_extend_finishes_the_chain(
+    slurm: Slurm, work_root: Path
+) -> None:
+    bin_dir = sbatch_wrapper(
+        work_root / "broken-bin",
+        (
+            'if [ "$n" -ge 2 ]; then echo "sbatch: error: Batch job submission failed: '
+            'Invalid partition name specified" >&2; exit 1; fi'
+        ),
+    )
+    work = work_root / "partial"
+    proc = nvrx("-K", "3", *NO_FAULTS, "--", "--hold", work=work, path_prefix=bin_dir)
+    assert proc.returncode == 1
+    assert "generation 1 was not submitted" in proc.stderr
+    assert f"finish the chain with: nvrx submit-chain --extend --work-dir {work}" in proc.stderr
+    manifest = read_manifest(work / "chain.json")
+    assert len(manifest.job_ids) == 1
+    assert {
+        r.array_job_id for r in slurm.queue(name=manifest.job_name, user=Slurm.current_user())
+    } == set(manifest.job_ids)
+
+    proc = nvrx("--extend", work=work)
+    assert proc.returncode == 0, proc.stderr
+    manifest = read_manifest(work / "chain.json")
+    assert [g.index for g in manifest.generations] == [0, 1, 2]
+    queued = slurm.queue(name=manifest.job_name, user=Slurm.current_user())
+    assert {r.array_job_id for r in queued} == set(manifest.job_ids)
+    assert all(r.reason == "JobHeldUser" for r in queued)  # pass-through args kept by --extend
+
+    # A second --extend has nothing to add; --cancel removes exactly these generations.
+    assert nvrx("--extend", work=work).returncode == 0
+    assert len(read_manifest(work / "chain.json").job_ids) == 3
+    assert nvrx("--cancel", work=work).returncode == 0
+    wait_for(lambda: not live(slurm.queue(manifest.job_ids)), what="the chain cancelled")
+    assert read_manifest(work / "chain.json").cancelled_at is not None
+
+
+def test_validate_asks_slurm_and_writes_nothing(work_root: Path) -> None:
+    work = work_root / "validate"
+    proc = nvrx("--validate", "-K", "2", *NO_FAULTS, work=work)
+    assert proc.returncode == 0, proc.stderr
+    notes = [ln for ln in proc.stdout.splitlines() if ln.startswith("generation ")]
+    assert len(notes) == 2 and all("to start at" in ln for ln in notes)
+    assert not work.exists()
+
+    proc = nvrx("--validate", "-K", "1", "--nodes-per-task", "9", *NO_FAULTS, work=work)
+    assert proc.returncode == 1
+    assert "Requested node configuration is not available" in proc.stderr
+
+
+def test_cancel_removes_exactly_its_chain_and_names_are_not_shared_by_accident(
+    slurm: Slurm, work_root: Path
+) -> None:
+    name = f"nvrx-test-{uuid.uuid4().hex[:8]}"
+    a = submit(work_root / "a", "-K", "2", "--job-name", name, *NO_FAULTS, "--", "--hold")
+    refused = nvrx("-K", "2", "--job-name", name, *NO_FAULTS, "--", "--hold", work=work_root / "b")
+    assert refused.returncode == 2
+    assert f"jobs named '{name}' are already queued or running" in refused.stderr
+    assert "--share-name" in refused.stderr
+    assert not (work_root / "b").exists()
+
+    b = submit(
+        work_root / "b", "-K", "2", "--job-name", name, "--share-name", *NO_FAULTS, "--", "--hold"
+    )
+    a_ids = [g["job_id"] for g in a["generations"]]
+    b_ids = [g["job_id"] for g in b["generations"]]
+    proc = nvrx("--cancel", "--json", work=work_root / "a")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["live"] == a_ids
+    wait_for(lambda: not live(slurm.queue(a_ids)), what="chain A cancelled")
+    assert {r.array_job_id for r in live(slurm.queue(b_ids))} == set(b_ids)
+
+    # The cancelled chain's work dir can start a new chain; the old record is kept.
+    c = submit(
+        work_root / "a", "-K", "1", "--job-name", name, "--share-name", *NO_FAULTS, "--", "--hold"
+    )
+    assert (work_root / "a" / f"chain.{a['chain_id']}.json").exists()
+    assert read_manifest(work_root / "a" / "chain.json").chain_id == c["chain_id"]
+
+
+def test_a_generation_that_hits_its_time_limit_hands_off(slurm: Slurm, work_root: Path) -> None:
+    # The most common way a generation ends: Slurm signals the batch shell at the time limit;
+    # task 0's trap must still close the gate and release the generation for the next one.
+    work = work_root / "timelimit"
+    doc = submit(
+        work,
+        "-K",
+        "2",
+        "--train-tasks",
+        "1",
+        "--hot-spares",
+        "1",
+        "--cold-spares",
+        "0",
+        "--time-limit",
+        "1",
+        *NO_FAULTS,
+    )
+    first, second = (g["job_id"] for g in doc["generations"])
+    wait_for(
+        lambda: not live(slurm.queue([first])),
+        timeout=180,
+        interval=2,
+        what="generation 1 to reach its time limit",
+    )
+    assert (work / "nvrx" / first / "control" / "rdzv_closed").exists()
+    wait_for(
+        lambda: any(r.state is JobState.RUNNING for r in slurm.queue([second])),
+        timeout=60,
+        what="generation 2 running",
+    )
+    acct = wait_for(lambda: slurm.accounting([first]), what="generation 1 in sacct")
+    assert {r.state for r in acct} <= {JobState.TIMEOUT, JobState.CANCELLED}

@@ -1,0 +1,239 @@
+"""nvrx watch on the local cluster, watching rehearsal chains whose processes really die."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from nvrx.slurm import JobState, Slurm
+
+from .conftest import REPO, local_slurm, wait_for
+from .test_chain import NO_FAULTS, nvrx, submit
+
+WORKER = REPO / "examples" / "rehearsal" / "worker.py"
+
+
+@pytest.fixture
+def work_root(shared_dir: Path) -> Iterator[Path]:
+    yield shared_dir
+    for manifest in shared_dir.glob("*/chain.json"):
+        nvrx("--cancel", work=manifest.parent)
+
+
+def watch(*args: str, state_dir: Path) -> tuple[int, dict[str, Any]]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "nvrx.cli", "watch", "--json", "--state-dir", str(state_dir), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    lines = proc.stdout.strip().splitlines()
+    assert lines, proc.stderr
+    doc: dict[str, Any] = json.loads(lines[-1])
+    return proc.returncode, doc
+
+
+def detectors(doc: dict[str, Any]) -> set[str]:
+    return {f["detector"] for f in doc["findings"]}
+
+
+def workers_of(work: Path) -> list[int]:
+    """The rehearsal workers of a chain: processes of worker.py with this chain's checkpoints."""
+    pids = []
+    marker = f"NVRX_CHECKPOINT_DIR={work}/checkpoints\0".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            # the worker itself (python worker.py ...), not srun or the launcher that name it
+            if (
+                len(argv) > 1
+                and argv[1].endswith(b"worker.py")
+                and marker in (entry / "environ").read_bytes()
+            ):
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def cycle_files(work: Path) -> list[Path]:
+    return sorted(
+        p
+        for p in (work / "nvrx").glob("*/cycle_infos/cycle_info.*.*.*")
+        if not p.name.endswith(".current")
+    )
+
+
+def kill_a_worker_and_wait_for_the_next_cycle(work: Path) -> None:
+    before = len(cycle_files(work))
+    pids = wait_for(lambda: workers_of(work), what="running workers")
+    os.kill(pids[0], signal.SIGKILL)
+    wait_for(lambda: len(cycle_files(work)) > before, timeout=60, what="a new cycle")
+
+
+def test_repeated_failures_without_checkpoint_progress_are_a_storm_and_a_stall(
+    work_root: Path,
+) -> None:
+    work = work_root / "storm"
+    ckpt = work / "checkpoints" / "latest_checkpointed_iteration.txt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_text("7\n")
+    # Workers that never save: the checkpoint stays at 7 whatever the cycles do.
+    submit(
+        work,
+        "-K",
+        "1",
+        "--train-tasks",
+        "2",
+        "--hot-spares",
+        "0",
+        "--cold-spares",
+        "0",
+        *NO_FAULTS,
+        "--set",
+        "chain.max_no_progress_cycles=100",
+        "--set",
+        f"chain.train_command={WORKER} --step-seconds 0.2 --save-interval 1000000",
+    )
+    wait_for(lambda: cycle_files(work), timeout=60, what="cycle 0")
+    for _ in range(3):
+        kill_a_worker_and_wait_for_the_next_cycle(work)
+
+    code, doc = watch(
+        "--work-dir", str(work), "--set", "watch.storm_cycles=3", state_dir=work_root / "state"
+    )
+    found = {f["detector"]: f for f in doc["findings"]}
+    assert {"restart_storm", "stalled_progress"} <= set(found)
+    assert found["stalled_progress"]["key"].endswith("-7")
+    assert found["stalled_progress"]["severity"] == "critical"
+    assert code == 2
+    assert doc["snapshot"]["checkpoint"]["value"] == 7
+    assert doc["snapshot"]["restarts"] >= 3
+
+    # One step below the storm threshold, the same chain is no storm.
+    _, calm = watch(
+        "--work-dir", str(work), "--set", "watch.storm_cycles=10", state_dir=work_root / "state"
+    )
+    assert "restart_storm" not in detectors(calm)
+
+
+def test_an_orphaned_generation_is_reported_and_only_acted_on_with_act(
+    slurm: Slurm, work_root: Path
+) -> None:
+    work = work_root / "orphan"
+    # 1 train + 1 hot running, 6 cold spares pending behind the throttle.
+    doc = submit(
+        work, "-K", "1", "--train-tasks", "1", "--hot-spares", "1", "--cold-spares", "6", *NO_FAULTS
+    )
+    (generation,) = [g["job_id"] for g in doc["generations"]]
+    wait_for(
+        lambda: (work / "nvrx" / generation / "control" / "rdzv_host").exists(),
+        what="task 0 published the rendezvous host",
+    )
+    # SIGKILL task 0's batch shell: its EXIT trap cannot run, nobody cancels the spares.
+    subprocess.run(["scancel", "--batch", "--signal=KILL", f"{generation}_0"], check=True)
+    wait_for(
+        lambda: [e for e in slurm.accounting([f"{generation}_0"]) if e.state.is_terminal],
+        what="task 0 ended in sacct",
+    )
+    state = work_root / "state"
+
+    _, doc = watch("--work-dir", str(work), "--set", "watch.grace=0", state_dir=state)
+    orphan = [f for f in doc["findings"] if f["detector"] == "orphaned_generation"]
+    assert [f["key"] for f in orphan] == [f"nvrx-orphan-{generation}"]
+    assert orphan[0]["command"] == ["scancel", "--state=PENDING", generation]
+    assert doc["actions"] == [
+        f"[observe-only] not acting; owner should run: scancel --state=PENDING {generation}"
+    ]
+    pending = [r for r in slurm.queue([generation]) if r.state is JobState.PENDING]
+    assert pending, "observe-only must leave the pending spares alone"
+
+    _, doc = watch("--work-dir", str(work), "--set", "watch.grace=0", "--act", state_dir=state)
+    assert doc["actions"] == [f"[act] ran: scancel --state=PENDING {generation}"]
+    wait_for(
+        lambda: not [r for r in slurm.queue([generation]) if r.state is JobState.PENDING],
+        what="the pending spares cancelled",
+    )
+
+    code, doc = watch("--work-dir", str(work), "--set", "watch.grace=0", state_dir=state)
+    assert "orphaned_generation" not in detectors(doc)
+    assert code == 0  # clean: nothing but information left
+    assert all(f["severity"] == "info" for f in doc["findings"])
+
+    # Watching by any job id of the chain finds the same chain (through its manifest).
+    _, by_id = watch(f"{generation}_3", state_dir=state)
+    assert by_id["chain"]["chain_id"] == doc["chain"]["chain_id"]
+    assert by_id["chain"]["resolved_from"] == "manifest"
+
+
+class Counter(BaseHTTPRequestHandler):
+    hits: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        Counter.hits.append(self.path)
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def heartbeat_server() -> Iterator[str]:
+    Counter.hits = []
+    server = HTTPServer(("127.0.0.1", 0), Counter)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/beat"
+    server.shutdown()
+
+
+@pytest.fixture
+def controller_restored() -> Iterator[None]:
+    yield None
+    local_slurm("up")
+
+
+def test_a_blind_watcher_exits_1_and_sends_no_heartbeat(
+    slurm: Slurm, work_root: Path, heartbeat_server: str, controller_restored: None
+) -> None:
+    work = work_root / "blind"
+    doc = submit(work, "-K", "1", *NO_FAULTS, "--", "--hold")
+    generations = [g["job_id"] for g in doc["generations"]]
+    state = work_root / "state"
+    code, doc = watch("--work-dir", str(work), "--heartbeat-url", heartbeat_server, state_dir=state)
+    assert code == 0 and doc["degraded"] is False
+    assert Counter.hits == ["/beat"]
+    assert [g["job_id"] for g in doc["snapshot"]["platform"]["generations"]] == generations
+
+    local_slurm("down", "slurmctld")
+    code, doc = watch(
+        "--work-dir",
+        str(work),
+        "--heartbeat-url",
+        heartbeat_server,
+        "--set",
+        "slurm.command_timeout=3",
+        "--set",
+        "slurm.retry_deadline=4",
+        state_dir=state,
+    )
+    assert code == 1
+    assert doc["degraded"] is True
+    assert any(f["key"].startswith("nvrx-watch-blind-") for f in doc["findings"])
+    assert doc["snapshot"]["platform"]["queue_ok"] is False
+    assert "chain_exhausted" not in detectors(doc)  # blind, not "the chain is gone"
+    assert Counter.hits == ["/beat"]  # no heartbeat from a blind pass

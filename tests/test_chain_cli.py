@@ -1,0 +1,239 @@
+"""`nvrx submit-chain` without a cluster: dry runs, refusals and the manifest file."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nvrx.chain.manifest import (
+    ChainManifest,
+    GenerationRecord,
+    Submitter,
+    read_manifest,
+    write_manifest,
+)
+from nvrx.chain.shape import ChainError
+from nvrx.config import ENV_NAMES
+
+
+def nvrx(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ENV_NAMES and not k.startswith("NVRX_")}
+    env["HOME"] = str(cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "nvrx.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        check=False,
+    )
+
+
+REHEARSAL = ["--launcher", "/bin/true", "--set", "chain.train_command=/bin/true"]
+
+
+def test_dry_run_prints_every_generation_and_writes_nothing(shared_dir: Path) -> None:
+    work = shared_dir / "run"
+    proc = nvrx(
+        "submit-chain",
+        "--dry-run",
+        "--work-dir",
+        str(work),
+        "-K",
+        "3",
+        "--train-tasks",
+        "2",
+        "--hot-spares",
+        "1",
+        "--cold-spares",
+        "1",
+        *REHEARSAL,
+        "--",
+        "--begin=now+60",
+        cwd=shared_dir,
+    )
+    assert proc.returncode == 0, proc.stderr
+    planned = [ln for ln in proc.stdout.splitlines() if ln.startswith("[dry-run] sbatch ")]
+    assert len(planned) == 3
+    for index, line in enumerate(planned):
+        for flag in (
+            "--array=0-3%3",
+            "--dependency=singleton",
+            "--no-requeue",
+            "--exclusive",
+            "--mem=0",
+            "--gpus-per-node=4",
+            "--nodes=1",
+            "--begin=now+60",
+        ):
+            assert flag in line, (flag, line)
+        assert f"gen={index}'" in line
+        assert line.endswith(str(work / "nvrx_singleton_array.sbatch"))
+    assert "Launcher: --nnodes 2:3; world size 8 GPUs" in proc.stdout
+    assert not work.exists()
+
+
+def test_dry_run_json(shared_dir: Path) -> None:
+    proc = nvrx(
+        "submit-chain",
+        "--dry-run",
+        "--json",
+        "--work-dir",
+        str(shared_dir / "w"),
+        *REHEARSAL,
+        cwd=shared_dir,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["action"] == "dry-run" and doc["ok"] is True
+    assert doc["shape"]["array"] == "0-4%2" and doc["shape"]["world_size"] == 4
+    assert len(doc["planned_sbatch"]) == 4
+    assert doc["job_name"].startswith("nvrx_singleton-")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--work-dir", "/tmp/x"], "work dir /tmp/x looks node-local"),
+        (["--train-tasks", "0"], "chain.train_tasks: '0'"),
+        (["-K", "0"], "chain.depth: '0'"),
+        (["--job-name", "my chain"], "chain.job_name: 'my chain'"),
+        (["--time-limit", "soon"], "chain.time_limit: 'soon'"),
+        (
+            ["--set", "chain.segment=3", "--train-tasks", "2"],
+            "segment 3 does not divide the 2 training nodes",
+        ),
+        (["--dry-run", "--extend"], "choose one of"),
+        (["--time-limit", "0"], "zero (write UNLIMITED for none)"),
+        (["--launcher", 'a "b'], "chain.launcher"),
+        (
+            ["--set", 'chain.extra_env={"NVRX_CHAIN_ID": "x"}'],
+            "extra_env may not set NVRX_CHAIN_ID",
+        ),
+        (["--work-dir", "/etc/passwd/run"], "/etc/passwd"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_value(
+    shared_dir: Path, args: list[str], message: str
+) -> None:
+    proc = nvrx("submit-chain", "--dry-run", *REHEARSAL, *args, cwd=shared_dir)
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert message in proc.stderr
+
+
+def test_a_missing_megatron_on_bare_metal_is_refused(shared_dir: Path) -> None:
+    proc = nvrx(
+        "submit-chain", "--dry-run", "--set", "chain.megatron_path=/nowhere", cwd=shared_dir
+    )
+    assert proc.returncode == 2
+    assert "/nowhere/pretrain_gpt.py not found" in proc.stderr
+
+
+def test_extend_without_a_manifest_says_so(shared_dir: Path) -> None:
+    proc = nvrx("submit-chain", "--extend", "--work-dir", str(shared_dir), cwd=shared_dir)
+    assert proc.returncode == 2
+    assert f"no chain manifest at {shared_dir}/chain.json" in proc.stderr
+
+
+def manifest(work: Path) -> ChainManifest:
+    return ChainManifest(
+        chain_id="abc",
+        job_name="n",
+        work_dir=str(work),
+        script=str(work / "s"),
+        script_sha256="0" * 64,
+        depth=2,
+        shape={},
+        submit_options={},
+        settings={},
+        submitter=Submitter(user="u", host="h", nvrx_version="0", argv=["nvrx"], cwd="/"),
+    )
+
+
+def test_the_manifest_round_trips_and_is_replaced_atomically(shared_dir: Path) -> None:
+    path = shared_dir / "chain.json"
+    m = manifest(shared_dir)
+    write_manifest(m, path)
+    from nvrx.chain.manifest import utcnow
+
+    m.generations.append(GenerationRecord(index=0, job_id="11", comment="c", submitted_at=utcnow()))
+    write_manifest(m, path)
+    again = read_manifest(path)
+    assert again.job_ids == ["11"] and again.next_index() == 1
+    assert sorted(p.name for p in shared_dir.iterdir()) == ["chain.json"]  # no temp files left
+
+
+def test_a_broken_manifest_is_a_clear_error(shared_dir: Path) -> None:
+    path = shared_dir / "chain.json"
+    path.write_text('{"chain_id": 1}')
+    with pytest.raises(ChainError, match="chain manifest .* is invalid at"):
+        read_manifest(path)
+    path.write_text("{")
+    with pytest.raises(ChainError, match="cannot read chain manifest"):
+        read_manifest(path)
+
+
+def test_reconcile_adopts_a_generation_the_manifest_lost(shared_dir: Path) -> None:
+    from nvrx.chain.submit import reconcile
+    from tests.test_slurm_replay import Replay, slurm_for
+
+    m = manifest(shared_dir)
+    from nvrx.chain.manifest import utcnow
+
+    m.generations.append(
+        GenerationRecord(index=0, job_id="100", comment="c", submitted_at=utcnow())
+    )
+    listing = (
+        "100|N/A|100|PENDING|Dependency|u|1||main|n|nvrx-chain=abc gen=0 nvrx-submit=x\n"
+        "101|0|101|PENDING|Dependency|u|1||main|n|nvrx-chain=abc gen=1 nvrx-submit=y\n"
+        "101|1|102|PENDING|Dependency|u|1||main|n|nvrx-chain=abc gen=1 nvrx-submit=y\n"
+        "103|N/A|103|PENDING|Dependency|u|1||main|n|nvrx-chain=abcd gen=1 nvrx-submit=z\n"
+        "104|N/A|104|RUNNING|None|u|1|n1|main|n|(null)\n"
+    )
+    replay = Replay({"squeue": [(0, listing, "")]})
+    notes: list[str] = []
+    reconcile(m, slurm_for(replay), notes)
+    assert [(g.index, g.job_id) for g in m.generations] == [(0, "100"), (1, "101")]
+    assert notes == ["adopted generation 1 (job 101) found in the queue"]
+    assert "--user=u" in replay.argvs[0] and "all" in replay.argvs[0]
+
+
+def test_upstream_nvrx_dry_run_means_dry_run(shared_dir: Path) -> None:
+    work = shared_dir / "w"
+    env_proc = subprocess.run(
+        [sys.executable, "-m", "nvrx.cli", "submit-chain", "--work-dir", str(work), *REHEARSAL],
+        capture_output=True,
+        text=True,
+        cwd=shared_dir,
+        check=False,
+        env={
+            **{k: v for k, v in os.environ.items() if k not in ENV_NAMES},
+            "NVRX_DRY_RUN": "1",
+            "HOME": str(shared_dir),
+        },
+    )
+    assert env_proc.returncode == 0, env_proc.stderr
+    assert "[dry-run] sbatch" in env_proc.stdout
+    assert not work.exists()
+
+
+@pytest.mark.parametrize("mode", ["--extend", "--cancel"])
+def test_extend_and_cancel_refuse_settings_they_would_ignore(shared_dir: Path, mode: str) -> None:
+    proc = nvrx(
+        "submit-chain",
+        mode,
+        "--work-dir",
+        str(shared_dir),
+        "--train-tasks",
+        "9",
+        "--",
+        "-A",
+        "x",
+        cwd=shared_dir,
+    )
+    assert proc.returncode == 2
+    assert f"{mode} does not take --train-tasks, -- ARGS" in proc.stderr

@@ -1,0 +1,122 @@
+"""The `nvrx` entry point as users run it: a real process, its stdout, stderr and exit code."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nvrx
+from nvrx.config import ENV_NAMES
+
+NVRX = [sys.executable, "-m", "nvrx.cli"]
+
+
+def run(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    # Nothing from the developer's environment may leak in (TIME, ACCOUNT, POOL, NVRX_*...).
+    base = {k: v for k, v in os.environ.items() if k not in ENV_NAMES and not k.startswith("NVRX_")}
+    base.update(env or {})
+    return subprocess.run(
+        [*NVRX, *args], capture_output=True, text=True, env=base, cwd=cwd, check=False
+    )
+
+
+def test_version() -> None:
+    proc = run("--version")
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"nvrx {nvrx.__version__}"
+
+
+def test_help_lists_every_subcommand() -> None:
+    proc = run("--help")
+    assert proc.returncode == 0
+    for command in ("config", "submit-chain", "watch", "inject-loop", "score", "analyze", "report"):
+        assert command in proc.stdout
+
+
+def test_config_show_json_gives_every_value_with_its_source(tmp_path: Path) -> None:
+    cfg = tmp_path / "nvrx.yaml"
+    cfg.write_text("slurm:\n  partition: main\n")
+    proc = run(
+        "config",
+        "show",
+        "--json",
+        "--set",
+        "chain.depth=6",
+        env={"BATCH_SIZE": "3", "HOME": str(tmp_path)},
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    settings = doc["settings"]
+    assert doc["config_file"] == str(cfg)
+    assert settings["slurm.partition"] == {"value": "main", "source": f"file {cfg}"}
+    assert settings["inject.batch_size"] == {"value": 3, "source": "env BATCH_SIZE"}
+    assert settings["chain.depth"] == {"value": 6, "source": "cli --set chain.depth"}
+    assert settings["chain.train_tasks"] == {"value": 1, "source": "default"}
+
+
+def test_config_show_table_names_sources(tmp_path: Path) -> None:
+    proc = run("config", "show", env={"PARTITION": "gpu", "HOME": str(tmp_path)}, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("slurm.partition"))
+    assert "gpu" in line and "env PARTITION" in line
+
+
+def test_bad_input_is_one_line_on_stderr_and_a_nonzero_exit(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("slurm:\n  partiton: main\n")
+    proc = run("config", "show", "--config", str(bad), env={"HOME": str(tmp_path)}, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        f"nvrx: error: unknown key 'slurm.partiton' in {bad}"
+    ]
+
+    proc = run(
+        "config", "show", env={"NVRX_COLD_SPARES": "-1", "HOME": str(tmp_path)}, cwd=tmp_path
+    )
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "chain.cold_spares: '-1' (from env NVRX_COLD_SPARES)" in proc.stderr
+
+
+def test_config_env_lists_canonical_and_upstream_names() -> None:
+    proc = run("config", "env", "--json")
+    assert proc.returncode == 0
+    mapping = json.loads(proc.stdout)
+    assert mapping["inject.batch_size"] == ["NVRX_INJECT_BATCH_SIZE", "BATCH_SIZE"]
+    assert mapping["chain.train_tasks"] == ["NVRX_CHAIN_TRAIN_TASKS", "NVRX_TRAIN_TASKS"]
+
+
+def test_readme_mapping_table_is_exactly_the_code_table() -> None:
+    from nvrx.config import ENV_ALIASES
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    rows = [ln for ln in readme.splitlines() if ln.startswith("| `") and ln.endswith("` |")]
+    documented = [tuple(cell.strip(" `") for cell in ln.strip("|").split("|")) for ln in rows]
+    assert documented == list(ENV_ALIASES)
+
+
+def test_api_keys_never_reach_the_output(tmp_path: Path) -> None:
+    env = {"JUDGE_API_KEY": "sk-live-123", "HOME": str(tmp_path)}
+    for args in (("config", "show"), ("config", "show", "--json")):
+        proc = run(*args, env=env, cwd=tmp_path)
+        assert proc.returncode == 0
+        assert "sk-live-123" not in proc.stdout + proc.stderr
+        assert "<hidden>" in proc.stdout
+
+
+def test_markup_in_values_is_shown_as_typed(tmp_path: Path) -> None:
+    proc = run(
+        "config",
+        "show",
+        "--set",
+        "chain.fault_ranks=[/x]",
+        env={"HOME": str(tmp_path)},
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "[/x]" in proc.stdout

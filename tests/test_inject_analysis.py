@@ -1,0 +1,98 @@
+"""Analysing a real session of the CPU fault workload (recorded on the local cluster): every
+experiment's analysis/ files, blinding checked on the files and prompts actually produced, the
+journal and the report after a re-analysis."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import SCORE_DEMO as DEMO
+from .fake_openai import FakeOpenAI
+
+LEAKS = (
+    "FAULT INJECTION",
+    "inject_fault",
+    "InjectedException",
+    "MEGATRON_FAULT",
+    "_r1_i3",
+    "_r2_i3",
+    "_r3_i3",
+    "_r0_i3",
+)
+
+
+@pytest.fixture
+def session(tmp_path: Path) -> Path:
+    copy = tmp_path / "fault_injection" / DEMO.name
+    shutil.copytree(DEMO, copy)
+    for analysis in copy.glob("*/analysis"):
+        shutil.rmtree(analysis)  # analysed from scratch below
+    journal = copy / "journal.jsonl"
+    kept = [line for line in journal.read_text().splitlines() if '"event": "analysed"' not in line]
+    journal.write_text("\n".join(kept) + "\n")
+    return copy
+
+
+def reanalyze(session: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NVRX_", "JUDGE_", "LLM_"))}
+    env["HOME"] = str(session.parent.parent)
+    return subprocess.run(
+        [sys.executable, "-m", "nvrx.cli", "inject-loop", "--reanalyze", str(session), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=300,
+    )
+
+
+def test_reanalysis_writes_every_artifact_and_nothing_leaks(session: Path) -> None:
+    with FakeOpenAI() as judge:
+        proc = reanalyze(session, "--set", f"score.base_url={judge.base_url}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count(">>> [") == 4
+    experiments = sorted(p for p in session.iterdir() if p.is_dir())
+    assert len(experiments) == 4
+    raw = "".join(p.read_text() for p in session.rglob("*.1.main_workload.log"))
+    assert all(leak in raw for leak in ("FAULT INJECTION", "inject_fault", "_r1_i3"))
+    for exp in experiments:
+        analysis = exp / "analysis"
+        assert (analysis / "run_valid.txt").read_text().startswith("true\nvalid: ")
+        for name in (
+            "stripped.log", "log_attribution.txt", "log_attribution.json",
+            "fr_analysis.txt", "fr_analysis.json",
+        ):  # fmt: skip
+            text = (analysis / name).read_text()
+            for leak in LEAKS:
+                assert leak not in text, (exp.name, name, leak)
+        rank = int(exp.name.split("_r")[1].split("_")[0])
+        assert json.loads((analysis / "fr_analysis.json").read_text())["ranks"] == [rank]
+        verdict = json.loads((analysis / "verdict.json").read_text())
+        assert verdict["status"] == "scored" and verdict["judge"].startswith("llm:")
+    # What the judge was actually sent: ground truth only in its own section.
+    assert len(judge.seen) == 4
+    for request in judge.seen:
+        prompt = request.body["messages"][1]["content"]
+        evidence = prompt.split("## Raw job log", 1)[1]
+        for leak in LEAKS:
+            assert leak not in evidence, leak
+
+
+def test_a_reanalysis_keeps_one_row_per_experiment(session: Path) -> None:
+    assert reanalyze(session).returncode == 0
+    assert reanalyze(session).returncode == 0
+    events = [json.loads(line) for line in (session / "journal.jsonl").read_text().splitlines()]
+    assert sum(e["event"] == "analysed" for e in events) == 8  # history kept
+    report = json.loads((session / "report.json").read_text())
+    assert len(report["cases"]) == 4  # the latest analysis of each, once
+    assert report["summary"]["scored"] == 4
+    md = (session / "experiments_report.md").read_text()
+    assert md.startswith("# Fault Injection Experiment Report")
+    assert sum(line.startswith("| ") and "| FAILED |" in line for line in md.splitlines()) == 4

@@ -1,0 +1,161 @@
+"""The experiment pool: what is accepted, what is refused (naming the entry), in what order."""
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nvrx.inject.pool import (
+    DEFAULT_POOL,
+    NAMED_POOLS,
+    Experiment,
+    FaultType,
+    PoolError,
+    build_pool,
+    parse_entry,
+    pool_entries,
+    split_pool,
+)
+from nvrx.inject.session import Journal, replay
+from nvrx.inject.workloads import find_workload, load_registry
+
+
+def build(entries: list[str], **kw: object) -> list[Experiment]:
+    args = {"gpus_per_node": 4, "min_nodes": 2, "workload": "llama4_scout", **kw}
+    return list(build_pool(entries, **args).experiments)  # type: ignore[arg-type]
+
+
+def test_the_default_pool_is_upstreams_34_in_order() -> None:
+    entries = split_pool(DEFAULT_POOL)
+    assert len(entries) == 34
+    assert entries[:2] == ["GPU_SLEEP:1:5:2", "GPU_SLEEP:0:5:2"]
+    assert entries[12] == "GPU_ERROR:1:5:2" and entries[18] == "SIGKILL:1:5:2"
+    assert entries[-1] == "SIGNAL_EXC:1:5:2"
+    experiments = build(entries)
+    assert {e.iteration for e in experiments} == {5}
+    assert sum(e.fault is FaultType.GPU_SLEEP for e in experiments) == 12
+
+
+def test_fault_types_are_the_12_and_case_insensitive() -> None:
+    assert len(FaultType) == 12
+    assert parse_entry("gpu_sleep:1:5:2") == Experiment(FaultType.GPU_SLEEP, 1, 5, 2)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("GPU_NAP:1:5:2", "unknown fault type 'GPU_NAP'"),
+        ("GPU_SLEEP:8:5:2", "rank 8 is outside [0, 8) (2 nodes × 4 GPUs per node)"),
+        ("GPU_SLEEP:1:5:1", "1 node(s) is below workload llama4_scout's minimum of 2"),
+        ("GPU_SLEEP:1:-5:2", "iteration -5 is negative"),
+        ("GPU_SLEEP:-1:5:2", "rank -1 is negative"),
+        ("GPU_SLEEP:1:5:0", "nodes 0 must be at least 1"),
+        ("GPU_SLEEP:1:5", "malformed pool entry 'GPU_SLEEP:1:5'"),
+        ("GPU_SLEEP:one:5:2", "malformed pool entry"),
+        ("GPU_SLEEP:1.5:5:2", "malformed pool entry"),
+    ],
+)
+def test_bad_entries_name_the_entry_and_the_problem(entry: str, message: str) -> None:
+    with pytest.raises(PoolError) as err:
+        build([entry])
+    assert message in str(err.value)
+
+
+def test_duplicates_are_refused_or_kept_in_their_own_directories() -> None:
+    with pytest.raises(PoolError, match="duplicate pool entries: SIGKILL:1:5:2"):
+        build(["SIGKILL:1:5:2", "GPU_SLEEP:1:5:2", "SIGKILL:1:5:2"])
+    kept = build(["SIGKILL:1:5:2", "SIGKILL:1:5:2"], allow_duplicates=True)
+    assert [e.dir_name for e in kept] == ["n2_SIGKILL_r1_i5", "n2_SIGKILL_r1_i5_dup1"]
+
+
+def test_pools_from_a_name_a_file_or_a_string(tmp_path: Path) -> None:
+    assert pool_entries("quick") == split_pool(NAMED_POOLS["quick"])
+    path = tmp_path / "mine.txt"
+    path.write_text("# hangs first\nGPU_SLEEP:1:5:2   # comment\n\nSIGKILL:0:5:2,SEGFAULT:1:5:2\n")
+    assert pool_entries(str(path)) == ["GPU_SLEEP:1:5:2", "SIGKILL:0:5:2", "SEGFAULT:1:5:2"]
+    assert pool_entries("GPU_SLEEP:1:5:2 SIGKILL:0:5:2") == ["GPU_SLEEP:1:5:2", "SIGKILL:0:5:2"]
+    with pytest.raises(PoolError, match="is not a pool name"):
+        pool_entries(str(tmp_path / "missing.txt"))
+    with pytest.raises(PoolError, match="the pool is empty"):
+        build(pool_entries("# nothing\n"))
+
+
+def test_an_inline_pool_longer_than_a_file_name_is_entries_not_a_crash() -> None:
+    long = " ".join(f"SIGKILL:{i % 4}:{i}:2" for i in range(30))
+    assert len(long) > 255
+    assert pool_entries(long) == long.split()
+
+
+def test_every_named_pool_fits_its_workload() -> None:
+    registry = load_registry()
+    for name in ("llama4_scout", "n3_super", "cpu_fault_demo"):
+        w = find_workload(name, registry)
+        assert w.pool is not None
+        build_pool(
+            pool_entries(w.pool),
+            gpus_per_node=w.gpus_per_node or 4,
+            min_nodes=w.min_nodes,
+            workload=name,
+        )
+    with pytest.raises(PoolError, match="unknown workload 'nope' \\(known: cpu_fault_demo"):
+        find_workload("nope", registry)
+
+
+def test_the_quick_pool_has_a_hang_a_crash_a_signal_and_an_exception_on_2_and_4_nodes() -> None:
+    quick = build(pool_entries("quick"), gpus_per_node=2)
+    faults = {e.fault for e in quick}
+    assert {
+        FaultType.GPU_SLEEP,
+        FaultType.SEGFAULT,
+        FaultType.SIGKILL,
+        FaultType.WORKLOAD_EXC,
+    } <= faults
+    assert {e.nodes for e in quick} == {2, 4}
+
+
+@given(st.text(max_size=60))
+def test_the_parser_never_crashes_on_anything(text: str) -> None:
+    try:
+        entries = split_pool(text)
+        for entry in entries:
+            parse_entry(entry)
+    except PoolError:
+        pass
+
+
+@given(
+    st.sampled_from([f.value for f in FaultType]),
+    st.integers(-3, 40),
+    st.integers(-3, 20),
+    st.integers(-1, 9),
+)
+def test_a_well_formed_entry_is_accepted_exactly_when_it_fits(
+    fault: str, rank: int, iteration: int, nodes: int
+) -> None:
+    entry = f"{fault}:{rank}:{iteration}:{nodes}"
+    fits = rank >= 0 and iteration >= 0 and nodes >= 2 and rank < nodes * 4
+    try:
+        build([entry])
+    except PoolError:
+        assert not fits
+    else:
+        assert fits
+
+
+def test_the_session_state_is_a_fold_of_the_journal(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "journal.jsonl")
+    journal.append("session", spec={})
+    for i, (fault, rank) in enumerate([("GPU_SLEEP", 1), ("SIGKILL", 0), ("SEGFAULT", 1)]):
+        journal.append("planned", index=i, fault=fault, rank=rank, iter=5, nodes=2, copy=0)
+    journal.append("submitting", index=0, job_name="fi-s-0", comment="c0")
+    journal.append("submitted", index=0, job_id="10", comment="c0 nvrx-submit=x")
+    journal.append("submitting", index=1, job_name="fi-s-1", comment="c1")
+    journal.append("ended", index=0, job_id="10", state="FAILED", exit="0:9", start=None, end=None)
+    with open(journal.path, "a") as handle:
+        handle.write('{"event": "submitted", "index": 2, "jo')  # a crash mid-write
+    state = replay(journal.read(), tmp_path)
+    assert [r.status for r in state.records] == ["ended", "submitting", "planned"]
+    assert (state.records[0].state, state.records[0].exit) == ("FAILED", "0:9")
+    assert state.records[1].comment == "c1"
+    assert state.records[2].dir == tmp_path / "n2_SEGFAULT_r1_i5"

@@ -1,0 +1,342 @@
+"""A watch pass from the outside (`--platform none`, cycle files only): exit codes, --json,
+the webhook with its cooldown, the Prometheus textfile, --dry-run writing nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from nvrx.config import ENV_NAMES
+
+
+def cycle_file(work: Path, job: str, cycle: int, start: datetime, end: datetime | None) -> None:
+    directory = work / "nvrx" / job / "cycle_infos"
+    directory.mkdir(parents=True, exist_ok=True)
+    stamp = "%Y-%m-%dT%H:%M:%S.%fZ"
+    (directory / f"cycle_info.{job}.0.{cycle}").write_text(
+        json.dumps(
+            {
+                "job_id": job,
+                "attempt_index": 0,
+                "cycle_number": cycle,
+                "cycle_start_time": start.strftime(stamp),
+                "cycle_end_time": end.strftime(stamp) if end else "",
+                "cycle_log_file": "",
+                "active_nodes": "n[1-2]",
+                "standby_nodes": "n3",
+                "generation": "1" if end else "0",
+                "active_ranks": "0-1",
+            },
+            indent=2,
+        )
+    )
+
+
+def stalled_run(work: Path) -> None:
+    """Three short completed cycles and an open one, the checkpoint stuck at 40 since before."""
+    now = datetime.now(UTC)
+    ckpt = work / "checkpoints" / "latest_checkpointed_iteration.txt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_text("40\n")
+    old = (now - timedelta(hours=1)).timestamp()
+    os.utime(ckpt, (old, old))
+    for i in range(3):
+        start = now - timedelta(minutes=30 - 5 * i)
+        cycle_file(work, "900", i, start, start + timedelta(minutes=1))
+    cycle_file(work, "900", 3, now - timedelta(minutes=5), None)
+
+
+def healthy_run(work: Path) -> None:
+    now = datetime.now(UTC)
+    ckpt = work / "checkpoints" / "latest_checkpointed_iteration.txt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_text("400\n")
+    cycle_file(work, "901", 0, now - timedelta(minutes=20), None)
+
+
+def watch(work: Path, state: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+    env = {k: v for k, v in os.environ.items() if k not in ENV_NAMES and not k.startswith("NVRX_")}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nvrx.cli",
+            "watch",
+            "--platform",
+            "none",
+            "--work-dir",
+            str(work),
+            "--state-dir",
+            str(state),
+            "--json",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    lines = proc.stdout.strip().splitlines()
+    assert lines, proc.stderr
+    doc: dict[str, Any] = json.loads(lines[-1])
+    return proc.returncode, doc, proc.stderr
+
+
+class Hook(BaseHTTPRequestHandler):
+    received: ClassVar[list[dict[str, Any]]] = []
+    status: ClassVar[int] = 200
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        Hook.received.append(json.loads(body))
+        self.send_response(Hook.status)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def hook() -> Iterator[str]:
+    Hook.received, Hook.status = [], 200
+    server = HTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/nvrx"
+    server.shutdown()
+
+
+def test_a_stalled_run_is_critical_and_a_healthy_one_clean(tmp_path: Path) -> None:
+    stalled_run(tmp_path / "bad")
+    code, doc, _ = watch(tmp_path / "bad", tmp_path / "state")
+    assert code == 2
+    keys = [f["key"] for f in doc["findings"]]
+    assert "nvrx-stalled-progress-900-40" in keys
+    assert doc["snapshot"]["checkpoint"]["value"] == 40
+    assert doc["snapshot"]["restarts"] == 3 and doc["snapshot"]["platform"] is None
+
+    healthy_run(tmp_path / "good")
+    code, doc, _ = watch(tmp_path / "good", tmp_path / "state")
+    assert (code, doc["findings"], doc["degraded"]) == (0, [], False)
+
+
+def test_findings_keep_their_first_seen_time_across_passes(tmp_path: Path) -> None:
+    stalled_run(tmp_path / "w")
+    _, first, _ = watch(tmp_path / "w", tmp_path / "state")
+    _, second, _ = watch(tmp_path / "w", tmp_path / "state")
+    seen = {f["key"]: f["first_seen"] for f in first["findings"]}
+    assert seen and {f["key"]: f["first_seen"] for f in second["findings"]} == seen
+
+
+def test_the_webhook_gets_each_finding_once_per_cooldown(tmp_path: Path, hook: str) -> None:
+    stalled_run(tmp_path / "w")
+    watch(tmp_path / "w", tmp_path / "state", "--webhook-url", hook)
+    sent = [h["key"] for h in Hook.received]
+    assert "nvrx-stalled-progress-900-40" in sent
+    critical = next(h for h in Hook.received if h["key"] == "nvrx-stalled-progress-900-40")
+    assert critical["text"].startswith("[CRITICAL] ") and critical["severity"] == "critical"
+    watch(tmp_path / "w", tmp_path / "state", "--webhook-url", hook)
+    assert [h["key"] for h in Hook.received] == sent  # inside the cooldown: nothing again
+    watch(
+        tmp_path / "w", tmp_path / "state", "--webhook-url", hook, "--set", "watch.alert_cooldown=0"
+    )
+    assert len(Hook.received) == 2 * len(sent)
+
+
+def test_a_failing_webhook_never_stops_observation(tmp_path: Path, hook: str) -> None:
+    Hook.status = 500
+    stalled_run(tmp_path / "w")
+    code, doc, _ = watch(tmp_path / "w", tmp_path / "state", "--webhook-url", hook)
+    assert code == 2 and doc["findings"]
+    assert any("webhook" in e and "500" in e for e in doc["sink_errors"])
+    Hook.status = 200
+    watch(tmp_path / "w", tmp_path / "state", "--webhook-url", hook)
+    assert Hook.received[-1]["key"]  # not marked as sent while it failed: retried next pass
+
+
+def test_the_prometheus_textfile(tmp_path: Path) -> None:
+    stalled_run(tmp_path / "w")
+    prom = tmp_path / "textfile" / "run.prom"
+    watch(tmp_path / "w", tmp_path / "state", "--prom-file", str(prom))
+    text = prom.read_text()
+    assert "nvrx_watch_checkpoint_iteration{chain=" in text
+    assert "nvrx_watch_restarts{" in text and "} 3\n" in text.split("nvrx_watch_restarts{")[1]
+    assert 'detector="stalled_progress"} 1' in text
+    assert 'detector="orphaned_generation"} 0' in text  # every detector has a series
+    assert 'nvrx_watch_findings_total{chain="' in text
+    assert "nvrx_watch_degraded{" in text
+
+
+def test_dry_run_writes_nothing_and_alerts_nobody(tmp_path: Path, hook: str) -> None:
+    stalled_run(tmp_path / "w")
+    prom = tmp_path / "run.prom"
+    code, doc, _ = watch(
+        tmp_path / "w",
+        tmp_path / "state",
+        "--dry-run",
+        "--webhook-url",
+        hook,
+        "--prom-file",
+        str(prom),
+    )
+    assert code == 2 and doc["findings"]
+    assert Hook.received == [] and not prom.exists()
+    assert not list((tmp_path / "state").rglob("state.json"))
+    assert not list((tmp_path / "state").rglob("cycles-cache.json"))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--disable", "no_such_detector"], "unknown detector(s) in disable: no_such_detector"),
+        (["--set", "watch.storm_cycles=0"], "watch.storm_cycles: '0'"),
+    ],
+)
+def test_bad_input_is_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ENV_NAMES and not k.startswith("NVRX_")}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nvrx.cli",
+            "watch",
+            "--platform",
+            "none",
+            "--work-dir",
+            str(tmp_path),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+class Beat(BaseHTTPRequestHandler):
+    hits: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        Beat.hits.append(self.path)
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def beat() -> Iterator[str]:
+    Beat.hits = []
+    server = HTTPServer(("127.0.0.1", 0), Beat)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/beat"
+    server.shutdown()
+
+
+def test_a_work_dir_that_cannot_be_read_is_a_blind_pass(tmp_path: Path, beat: str) -> None:
+    code, doc, _ = watch(tmp_path / "not-mounted", tmp_path / "state", "--heartbeat-url", beat)
+    assert code == 1 and doc["degraded"] is True
+    assert [f["key"].rsplit("-", 1)[0] for f in doc["findings"]] == ["nvrx-watch-blind-cycles"]
+    assert Beat.hits == []
+    # A work dir whose first generation has not started yet is not blindness.
+    (tmp_path / "pending").mkdir()
+    code, doc, _ = watch(tmp_path / "pending", tmp_path / "state", "--heartbeat-url", beat)
+    assert (code, doc["degraded"], Beat.hits) == (0, False, ["/beat"])
+
+
+def test_a_checkpoint_caught_mid_write_keeps_the_last_value(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    now = datetime.now(UTC)
+    for i in range(3):  # three healthy two-hour cycles and a checkpoint that advanced
+        start = now - timedelta(hours=7 - 2 * i)
+        cycle_file(work, "950", i, start, start + timedelta(hours=2))
+    cycle_file(work, "950", 3, now - timedelta(minutes=30), None)
+    ckpt = work / "checkpoints" / "latest_checkpointed_iteration.txt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_text("5000\n")
+    code, doc, _ = watch(work, tmp_path / "state")
+    assert code == 0, doc["findings"]
+    ckpt.write_text("")  # Megatron's open("w") before the write
+    code, doc, _ = watch(work, tmp_path / "state")
+    assert code == 0, doc["findings"]
+    assert doc["snapshot"]["checkpoint"]["value"] == 5000
+    assert "being written" in doc["snapshot"]["checkpoint"]["error"]
+
+
+def test_a_fifo_as_checkpoint_file_does_not_hang_the_pass(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    cycle_file(work, "960", 0, datetime.now(UTC) - timedelta(minutes=5), None)
+    fifo = tmp_path / "iter.fifo"
+    os.mkfifo(fifo)
+    _, doc, _ = watch(work, tmp_path / "state", "--checkpoint-iteration-file", str(fifo))
+    assert doc["snapshot"]["checkpoint"]["error"] == "not a regular file"
+
+
+def test_a_cycle_from_a_clock_far_ahead_is_skipped_not_current(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    now = datetime.now(UTC)
+    cycle_file(work, "970", 0, now - timedelta(minutes=10), None)
+    cycle_file(work, "971", 0, now + timedelta(days=1), None)
+    _, doc, _ = watch(work, tmp_path / "state")
+    assert doc["snapshot"]["current_job"] == "970"
+    assert any("in the future" in n for n in doc["notes"])
+
+
+def test_paths_with_markup_print_as_they_are(tmp_path: Path) -> None:
+    work = tmp_path / "run[/x][red]"
+    cycle_file(work, "980", 0, datetime.now(UTC) - timedelta(minutes=5), None)
+    env = {k: v for k, v in os.environ.items() if k not in ENV_NAMES and not k.startswith("NVRX_")}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nvrx.cli",
+            "watch",
+            "--platform",
+            "none",
+            "--work-dir",
+            str(work),
+            "--state-dir",
+            str(tmp_path / "state"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "run[/x][red]" in proc.stdout
+
+
+def test_a_pass_that_finds_the_state_locked_only_observes(tmp_path: Path, hook: str) -> None:
+    import fcntl
+
+    stalled_run(tmp_path / "w")
+    watch(tmp_path / "w", tmp_path / "state")  # creates the chain's state dir
+    (lock_path,) = (tmp_path / "state").glob("*/.lock")
+    with open(lock_path, "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        code, doc, _ = watch(
+            tmp_path / "w",
+            tmp_path / "state",
+            "--webhook-url",
+            hook,
+            "--set",
+            "watch.alert_cooldown=0",
+        )
+    assert code == 2 and doc["findings"]
+    assert Hook.received == []
+    assert any("another watch pass holds" in n for n in doc["notes"])
