@@ -18,9 +18,14 @@ import pytest
 
 from nvrx.inject import fr
 
+from .conftest import REPO
 from .conftest import SCORE_DEMO as CPU_SESSION
 
-TRACES = Path(os.environ.get("NVRX_FR_TRACES") or "/work/shared/data/fr_traces")
+# The real trace sets live in the project's shared/ folder, beside the checkout. When
+# NVRX_FR_TRACES names them (.ci/run does), they must be there: CI never passes by skipping.
+TRACES = Path(os.environ.get("NVRX_FR_TRACES") or REPO.parent / "shared" / "data" / "fr_traces")
+if os.environ.get("NVRX_FR_TRACES") and not TRACES.is_dir():
+    raise pytest.UsageError(f"NVRX_FR_TRACES={TRACES} is not a directory")
 needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason=f"no FR trace sets at {TRACES}")
 # A real session of the CPU fault workload on the local cluster (the README's scoring demo).
 CPU_SETS = sorted(p.parent.name for p in CPU_SESSION.glob("*/checkpoints"))

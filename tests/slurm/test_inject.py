@@ -61,21 +61,27 @@ def sleeper(shared_dir: Path) -> Path:
 
 
 class QueueSampler:
-    """Samples, twice a second, how many of a session's jobs Slurm holds."""
+    """Samples, twice a second, which of the user's jobs Slurm holds.
 
-    def __init__(self, slurm: Slurm, prefix: str) -> None:
-        self.slurm, self.prefix = slurm, prefix
-        self.samples: list[int] = []
+    The session's job ids are known only after the run, so each sample keeps every id and
+    `in_slurm` counts a given session's jobs: jobs left by other runs never count.
+    """
+
+    def __init__(self, slurm: Slurm) -> None:
+        self.slurm = slurm
+        self.samples: list[set[str]] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self.stop.is_set():
             rows = self.slurm.queue(user=Slurm.current_user())
-            self.samples.append(
-                len({r.array_job_id for r in rows if r.name.startswith(self.prefix)})
-            )
+            self.samples.append({r.array_job_id for r in rows})
             time.sleep(0.5)
+
+    def in_slurm(self, job_ids: set[str]) -> list[int]:
+        """How many of `job_ids` Slurm held at each sample."""
+        return [len(sample & job_ids) for sample in self.samples]
 
     def __enter__(self) -> QueueSampler:
         self.thread.start()
@@ -88,7 +94,7 @@ class QueueSampler:
 
 def test_the_quick_pool_runs_end_to_end_within_its_window(slurm: Slurm, shared_dir: Path) -> None:
     base = shared_dir / "quick"
-    with QueueSampler(slurm, "fi-") as sampler:
+    with QueueSampler(slurm) as sampler:
         proc = inject(
             "--config",
             str(DEMO / "nvrx.yaml"),
@@ -101,13 +107,15 @@ def test_the_quick_pool_runs_end_to_end_within_its_window(slurm: Slurm, shared_d
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["complete"] and summary["experiments"] == 8
-    assert max(sampler.samples) <= 2, sampler.samples
-    assert max(sampler.samples) == 2  # the window was used
 
     session = session_of(base)
     rows = (session / "experiments.tsv").read_text().splitlines()
     assert rows[0] == "JOB_ID\tFAULT_TYPE\tRANK\tITER\tNODES\tEXPERIMENT_DIR"
-    assert len(rows) == 9 and len({r.split("\t")[0] for r in rows[1:]}) == 8
+    job_ids = {r.split("\t")[0] for r in rows[1:]}
+    assert len(rows) == 9 and len(job_ids) == 8
+    in_slurm = sampler.in_slurm(job_ids)
+    assert max(in_slurm) <= 2, in_slurm
+    assert max(in_slurm) == 2  # the window was used
     for result in summary["results"]:
         assert result["status"] == "ended" and result["state"], result
         assert result["state"] != "COMPLETED", result  # every one of them was faulted
