@@ -33,11 +33,11 @@ def measure(size: int, passes: int) -> tuple[list[int], list[int], float, float]
     name = f"nvrx-bench-{uuid.uuid4().hex[:6]}"
     # A quarter of the jobs end at once (they leave the queue mid-run); the rest stay in flight.
     short = max(1, size // 4) if size > 1 else 0
-    ids = [
-        slurm.submit(SubmitOptions(job_name=name), wrap="true" if i < short else "sleep 300").job_id
-        for i in range(size)
-    ]
-    try:
+    ids: list[str] = []
+    try:  # from the first submit on: a failed one must not leave `sleep 300` jobs behind
+        for i in range(size):
+            wrap = "true" if i < short else "sleep 300"
+            ids.append(slurm.submit(SubmitOptions(job_name=name), wrap=wrap).job_id)
         poller = StatePoller(slurm, min_interval=0)
         nvrx_counts: list[int] = []
         naive_counts: list[int] = []
@@ -61,11 +61,17 @@ def main() -> None:
     parser.add_argument("--sizes", default="1,8,64")
     parser.add_argument("--passes", type=int, default=5)
     args = parser.parse_args()
+    try:
+        sizes = [int(s) for s in args.sizes.split(",")]
+    except ValueError:
+        parser.error(f"--sizes must be comma-separated whole numbers, got {args.sizes!r}")
+    if args.passes < 1 or any(size < 1 for size in sizes):
+        parser.error(f"--passes and every size must be at least 1 (--passes {args.passes})")
     print(
         f"{'jobs':>5}  {'nvrx cmds/pass':<18} {'per-job cmds/pass':<20} "
         f"{'cmd ratio':>9}  {'s/pass nvrx':>11}  {'s/pass per-job':>14}  {'time ratio':>10}"
     )
-    for size in (int(s) for s in args.sizes.split(",")):
+    for size in sizes:
         ours, naive, t_ours, t_naive = measure(size, args.passes)
         ratio = sum(ours) / sum(naive)
         print(

@@ -325,7 +325,16 @@ def test_yaml_numbers_stay_text_where_a_setting_is_text(tmp_path: Path) -> None:
     [
         ({"PARTITION": "a b,c"}, r"slurm.partition: 'a b,c' \(from env PARTITION\)"),
         ({"NVRX_JOB_NAME": "bad name;rm"}, r"chain.job_name: 'bad name;rm'"),
-        ({"NVRX_SLURM_RETRY_MAX_BACKOFF": "0.5"}, "retry_max_backoff .* below"),
+        (
+            {"NVRX_SLURM_RETRY_MAX_BACKOFF": "0.5"},
+            r"^bad value for slurm.retry_max_backoff: '0.5' \(from env "
+            r"NVRX_SLURM_RETRY_MAX_BACKOFF\): below retry_initial_backoff \(1\)$",
+        ),
+        # Accepted here, these would crash every Slurm call (subprocess, datetime) later.
+        ({"NVRX_SLURM_COMMAND_TIMEOUT": "inf"}, r"slurm.command_timeout: 'inf'"),
+        ({"NVRX_SLURM_RETRY_DEADLINE": "nan"}, r"slurm.retry_deadline: 'nan'"),
+        ({"NVRX_SLURM_ACCOUNTING_WINDOW": "1e12"}, r"slurm.accounting_window: '1e12'"),
+        ({"NVRX_SLURM_BIN_DIR": "slurm/bin"}, r"slurm.bin_dir: .*must be an absolute path"),
     ],
 )
 def test_values_slurm_would_reject_are_refused_at_load(

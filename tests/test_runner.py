@@ -122,6 +122,17 @@ def test_non_transient_errors_raise_at_once_with_their_type(
     assert len(script.argvs) == 1
 
 
+def test_a_long_outage_never_overflows_the_backoff() -> None:
+    policy = RetryPolicy(deadline=1e6, initial_backoff=1.0, max_backoff=30.0)
+    assert policy.backoff(5000, lambda low, high: high) == 30.0
+
+
+def test_a_command_that_cannot_start_is_a_slurm_error_not_a_traceback() -> None:
+    ex = CommandExecutor(env={})
+    with pytest.raises(SlurmError, match="cannot run squeue"):
+        ex.run(["squeue", "--name=a\0b"])  # a NUL byte can never reach exec
+
+
 def test_a_missing_command_is_a_clear_error() -> None:
     ex = CommandExecutor(env={})
     with pytest.raises(SlurmError, match="nvrx-no-such-command not found"):

@@ -105,6 +105,26 @@ class TestPoller:
         assert [t.state for t in status.tasks] == [JobState.COMPLETED]
         assert result.accounting_error is not None and not result.blind
 
+    def test_an_array_is_not_over_while_accounting_lacks_tasks_the_queue_showed(self) -> None:
+        queue_rows = "".join(
+            f"40|{t}|{41 + t}|COMPLETED|None|root|1|n{t + 1}|main|x|(null)\n" for t in range(3)
+        )
+        task = "40_{0}|{1}|COMPLETED|0:0|1795944250|1795944260|n1|root|x\n"
+        replay = Replay(
+            {
+                "squeue": [(0, queue_rows, ""), (0, "", "")],
+                "sacct": [
+                    (0, task.format(0, 41), ""),  # slurmdbd has recorded task 0 only
+                    (0, "".join(task.format(t, 41 + t) for t in range(3)), ""),
+                ],
+            }
+        )
+        poller = StatePoller(slurm_for(replay))
+        first = poller.poll(["40"]).jobs["40"]
+        assert first.state is JobState.COMPLETED and not first.final
+        second = poller.poll(["40"]).jobs["40"]
+        assert second.final and len(second.tasks) == 3
+
     def test_a_failed_queue_makes_the_pass_blind_and_every_job_unknown(self) -> None:
         replay = Replay({"squeue": [(1, "", CONNECT)] * 50})
         result = StatePoller(slurm_for(replay, deadline=5)).poll(["7", "8"])

@@ -35,7 +35,8 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
-    model_validator,
+    ValidationInfo,
+    field_validator,
 )
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -107,7 +108,10 @@ def _command_words(value: Any) -> Any:
 
 
 CommandWords = Annotated[list[str], BeforeValidator(_command_words)]
-PositiveSeconds = Annotated[float, Field(gt=0)]
+# A year: longer durations are typos, and would overflow subprocess and datetime arithmetic.
+MAX_SECONDS = 366 * 86400.0
+PositiveSeconds = Annotated[float, Field(gt=0, le=MAX_SECONDS)]
+Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS)]
 
 
 def _slurm_time(value: Any) -> Any:
@@ -157,7 +161,10 @@ OptionalUrl = Annotated[str | None, BeforeValidator(_empty_to_none), BeforeValid
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True, frozen=True)
+    # No inf/nan: `command_timeout: inf` would pass here and crash every Slurm call later.
+    model_config = ConfigDict(
+        extra="forbid", validate_default=True, frozen=True, allow_inf_nan=False
+    )
 
 
 # --- sections ----------------------------------------------------------------------------------
@@ -170,27 +177,35 @@ class SlurmSettings(_Section):
     partition: OptionalSlurmName = Field(None, description="sbatch --partition (None: default)")
     gpus_per_node: int = Field(4, ge=1, description="GPUs per node (GB200 tray: 4, HGX: 8)")
     command_timeout: PositiveSeconds = Field(30.0, description="timeout of one Slurm command (s)")
-    retry_deadline: float = Field(
-        120.0, ge=0, description="keep retrying transient Slurm errors this long (s)"
+    retry_deadline: Seconds = Field(
+        120.0, description="keep retrying transient Slurm errors this long (s)"
     )
     retry_initial_backoff: PositiveSeconds = Field(1.0, description="first retry delay (s)")
     retry_max_backoff: PositiveSeconds = Field(30.0, description="longest retry delay (s)")
-    poll_interval: float = Field(
-        30.0, ge=0, description="minimum time between two poll passes (s); site rules may ask more"
+    poll_interval: Seconds = Field(
+        30.0, description="minimum time between two poll passes (s); site rules may ask more"
     )
     accounting_window: PositiveSeconds = Field(
         7 * 86400.0, description="how far back sacct searches by name or user (s)"
     )
     bin_dir: OptionalPath = Field(None, description="directory of the Slurm commands (None: PATH)")
 
-    @model_validator(mode="after")
-    def _backoff_order(self) -> SlurmSettings:
-        if self.retry_max_backoff < self.retry_initial_backoff:
-            raise ValueError(
-                f"retry_max_backoff ({self.retry_max_backoff:g}) is below "
-                f"retry_initial_backoff ({self.retry_initial_backoff:g})"
-            )
-        return self
+    # A field validator, not a model one, so the error names retry_max_backoff and its source.
+    @field_validator("retry_max_backoff")
+    @classmethod
+    def _backoff_order(cls, value: float, info: ValidationInfo) -> float:
+        initial = info.data.get("retry_initial_backoff")
+        if initial is not None and value < initial:
+            raise ValueError(f"below retry_initial_backoff ({initial:g})")
+        return value
+
+    @field_validator("bin_dir")
+    @classmethod
+    def _absolute_bin_dir(cls, value: Path | None) -> Path | None:
+        # A relative one would pick the Slurm commands by the directory nvrx happens to run in.
+        if value is not None and not value.is_absolute():
+            raise ValueError("must be an absolute path")
+        return value
 
 
 class ChainSettings(_Section):
@@ -260,18 +275,18 @@ class WatchSettings(_Section):
     expect_file: ExpandedPath = Field(
         Path("~/.nvrx_watch_expect_chain"), description="upstream expect-chain marker"
     )
-    alert_cooldown: float = Field(3600.0, ge=0, description="per finding and sink (s)")
-    grace: float = Field(120.0, ge=0, description="orphaned_generation grace after task 0 ends")
-    churn_window: float = Field(21600.0, gt=0, description="generation_churn window (s)")
+    alert_cooldown: Seconds = Field(3600.0, description="per finding and sink (s)")
+    grace: Seconds = Field(120.0, description="orphaned_generation grace after task 0 ends")
+    churn_window: PositiveSeconds = Field(21600.0, description="generation_churn window (s)")
     max_generations_per_window: int = Field(3, ge=1, description="generation_churn threshold")
     storm_cycles: int = Field(5, ge=1, description="restart_storm: cycles in the window")
-    storm_window: float = Field(1800.0, gt=0, description="restart_storm window (s)")
+    storm_window: PositiveSeconds = Field(1800.0, description="restart_storm window (s)")
     healthy_cycle_seconds: float = Field(
         600.0, ge=0, description="a cycle this long resets the storm count (0: never)"
     )
     stall_cycles: int = Field(3, ge=1, description="stalled_progress: completed cycles")
-    stall_seconds: float = Field(3600.0, gt=0, description="cycle_stalled threshold (s)")
-    short_cycle_seconds: float = Field(600.0, gt=0, description="suspect_node short cycle (s)")
+    stall_seconds: PositiveSeconds = Field(3600.0, description="cycle_stalled threshold (s)")
+    short_cycle_seconds: PositiveSeconds = Field(600.0, description="suspect_node short cycle (s)")
     suspect_cycles: int = Field(3, ge=1, description="suspect_node trailing short cycles")
     budget_fraction: float = Field(0.8, gt=0, le=1, description="restart_budget_low fraction")
     disable: StrList = Field(default_factory=list, description="detectors to switch off")
@@ -349,7 +364,7 @@ class ScoreSettings(_Section):
     concurrency: int = Field(4, ge=1, le=256, description="judge requests in flight")
     request_timeout: PositiveSeconds = Field(120.0, description="one judge request (s)")
     max_retries: int = Field(6, ge=0, description="retries of 429/5xx/timeouts per request")
-    retry_deadline: float = Field(600.0, ge=0, description="retry 429/5xx this long at most (s)")
+    retry_deadline: Seconds = Field(600.0, description="retry 429/5xx this long at most (s)")
     retry_initial_backoff: PositiveSeconds = Field(1.0, description="first retry delay (s)")
     retry_max_backoff: PositiveSeconds = Field(30.0, description="longest retry delay (s)")
     cache: bool = Field(True, description="reuse verdicts of identical questions")

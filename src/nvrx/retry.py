@@ -19,7 +19,8 @@ class RetryPolicy:
     def backoff(self, failures: int, uniform: Callable[[float, float], float]) -> float:
         """The delay before retry number `failures` (from 1). Equal jitter, half fixed and half
         random: many clients (login-node crons, concurrent judge requests) do not retry in step."""
-        cap = min(self.max_backoff, self.initial_backoff * 2 ** (failures - 1))
+        # The exponent is capped: 2.0**1024 overflows, and a long outage reaches it.
+        cap = min(self.max_backoff, self.initial_backoff * 2.0 ** min(failures - 1, 64))
         return uniform(cap / 2, cap)
 
     def exhausted(self, failures: int) -> bool:

@@ -169,8 +169,14 @@ class Slurm:
 
     @staticmethod
     def current_user() -> str:
-        """The login name of this process's uid (not $USER, which anyone can set)."""
-        return pwd.getpwuid(os.getuid()).pw_name
+        """The login name of this process's uid (not $USER, which anyone can set).
+
+        A uid without a passwd entry (common in containers) is given as its number, which
+        squeue, sacct and scancel accept as well."""
+        try:
+            return pwd.getpwuid(os.getuid()).pw_name
+        except KeyError:
+            return str(os.getuid())
 
     # --- sbatch ----------------------------------------------------------------------------
 

@@ -114,6 +114,9 @@ class StatePoller:
     min_interval: float | None = None
     clock: Callable[[], float] = time.monotonic
     _final: dict[str, JobStatus] = field(default_factory=dict)
+    # Every array task index the queue has shown per tracked job, across passes: accounting
+    # must cover them all before an array is final (slurmdbd may have recorded only some).
+    _seen_tasks: dict[str, set[int]] = field(default_factory=dict)
     _last: PollPass | None = None
     _last_clock: float = 0.0
 
@@ -172,6 +175,9 @@ class StatePoller:
         need_accounting: list[str] = []
         for i in open_ids:
             tasks = tuple(_task_from_queue(r) for r in by_job.get(i, []))
+            seen = {t.task_id for t in tasks if t.task_id is not None}
+            if seen:
+                self._seen_tasks.setdefault(i, set()).update(seen)
             state = aggregate_state([t.state for t in tasks])
             if state.is_live:
                 statuses[i] = JobStatus(i, state, "squeue", tasks)
@@ -204,9 +210,15 @@ class StatePoller:
                 continue  # accounting does not know it yet: it stays UNKNOWN
             tasks = tuple(_task_from_accounting(r) for r in acct_rows)
             state = aggregate_state([t.state for t in tasks])
+            covered = {t for r in acct_rows for t in (r.ref.task_ids or ())}
             # Right after slurmdbd reconnects it can show a terminal state with End=Unknown and a
-            # stale exit code: only a record with every end time is final.
-            final = state.is_terminal and all(t.end for t in tasks)
+            # stale exit code: only a record with every end time is final, and only one that
+            # covers every task the queue showed.
+            final = (
+                state.is_terminal
+                and all(t.end for t in tasks)
+                and self._seen_tasks.get(i, set()) <= covered
+            )
             status = JobStatus(i, state, "sacct", tasks, final=final)
             statuses[i] = status
             if final:
