@@ -141,7 +141,7 @@ def test_extend_without_a_manifest_says_so(shared_dir: Path) -> None:
 
 def manifest(work: Path) -> ChainManifest:
     return ChainManifest(
-        chain_id="abc",
+        chain_id="abcabcabc0",
         job_name="n",
         work_dir=str(work),
         script=str(work / "s"),
@@ -177,6 +177,32 @@ def test_a_broken_manifest_is_a_clear_error(shared_dir: Path) -> None:
         read_manifest(path)
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("chain_id", "../../etc"),  # would move the watcher's state and the retired manifest
+        ("job_name", "a b;rm"),
+        ("depth", 0),
+    ],
+)
+def test_a_manifest_with_a_value_nvrx_never_writes_is_refused(
+    shared_dir: Path, field: str, value: object
+) -> None:
+    path = shared_dir / "chain.json"
+    doc = json.loads(manifest(shared_dir).model_dump_json())
+    doc[field] = value
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ChainError, match=f"chain manifest .* is invalid at {field}"):
+        read_manifest(path)
+    doc = json.loads(manifest(shared_dir).model_dump_json())
+    doc["generations"] = [
+        {"index": 0, "job_id": "7;x", "comment": "c", "submitted_at": "2026-01-01T00:00:00Z"}
+    ]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ChainError, match="is invalid at generations.0.job_id"):
+        read_manifest(path)
+
+
 def test_reconcile_adopts_a_generation_the_manifest_lost(shared_dir: Path) -> None:
     from nvrx.chain.submit import reconcile
     from tests.test_slurm_replay import Replay, slurm_for
@@ -188,10 +214,10 @@ def test_reconcile_adopts_a_generation_the_manifest_lost(shared_dir: Path) -> No
         GenerationRecord(index=0, job_id="100", comment="c", submitted_at=utcnow())
     )
     listing = (
-        "100|N/A|100|PENDING|Dependency|u|1||main|n|nvrx-chain=abc gen=0 nvrx-submit=x\n"
-        "101|0|101|PENDING|Dependency|u|1||main|n|nvrx-chain=abc gen=1 nvrx-submit=y\n"
-        "101|1|102|PENDING|Dependency|u|1||main|n|nvrx-chain=abc gen=1 nvrx-submit=y\n"
-        "103|N/A|103|PENDING|Dependency|u|1||main|n|nvrx-chain=abcd gen=1 nvrx-submit=z\n"
+        "100|N/A|100|PENDING|Dependency|u|1||main|n|nvrx-chain=abcabcabc0 gen=0 nvrx-submit=x\n"
+        "101|0|101|PENDING|Dependency|u|1||main|n|nvrx-chain=abcabcabc0 gen=1 nvrx-submit=y\n"
+        "101|1|102|PENDING|Dependency|u|1||main|n|nvrx-chain=abcabcabc0 gen=1 nvrx-submit=y\n"
+        "103|N/A|103|PENDING|Dependency|u|1||main|n|nvrx-chain=abcabcabc01 gen=1 nvrx-submit=z\n"
         "104|N/A|104|RUNNING|None|u|1|n1|main|n|(null)\n"
     )
     replay = Replay({"squeue": [(0, listing, "")]})

@@ -335,6 +335,7 @@ def test_yaml_numbers_stay_text_where_a_setting_is_text(tmp_path: Path) -> None:
         ({"NVRX_SLURM_RETRY_DEADLINE": "nan"}, r"slurm.retry_deadline: 'nan'"),
         ({"NVRX_SLURM_ACCOUNTING_WINDOW": "1e12"}, r"slurm.accounting_window: '1e12'"),
         ({"NVRX_SLURM_BIN_DIR": "slurm/bin"}, r"slurm.bin_dir: .*must be an absolute path"),
+        ({"NVRX_INJECT_GPU_FAILURE": "1:0,two"}, r"chain.inject_gpu_failure: '1:0,two'"),
     ],
 )
 def test_values_slurm_would_reject_are_refused_at_load(

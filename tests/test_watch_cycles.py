@@ -121,6 +121,12 @@ def test_parse_closed_file_generation_as_string_or_number(generation: str | int)
     assert info.duration(datetime.now(UTC)) == pytest.approx(30 * 60 - 0.123455)
 
 
+def test_a_cycle_that_ends_before_it_starts_is_refused() -> None:
+    text = json.dumps(payload(end="2025-02-05T14:00:00.000000Z", generation="1"))
+    with pytest.raises(CycleParseError, match="cycle_end_time .* is before cycle_start_time"):
+        parse_cycle_info(text, "p")
+
+
 def test_parse_64_bit_generation_string() -> None:
     info = parse_cycle_info(json.dumps(payload(generation="18446744073709551615")), "p")
     assert info.write_count == 2**64 - 1
@@ -1027,3 +1033,27 @@ def test_an_unchanged_directory_is_listed_again_after_the_listing_ttl(
     monkeypatch.setattr("nvrx.watch.cycles.os.scandir", counting)
     read_cycles([str(tmp_path / "d")], CycleCache(cache_path))
     assert listed == [str(tmp_path / "d")]
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda listing, entries: listing[3].append(["not", "a", "path"]),  # unhashable
+        lambda listing, entries: next(iter(entries.values())).__setitem__(0, "not a stamp"),
+    ],
+)
+def test_a_corrupt_directory_listing_in_the_cache_is_a_miss(
+    tmp_path: Path, spoil: Callable[[list[Any], dict[str, Any]], Any]
+) -> None:
+    files = make_files(tmp_path / "d", 2)
+    for path in files:
+        _age(path)
+    _age(tmp_path / "d")
+    cache_path = tmp_path / "cache.json"
+    first, _, _ = read_cycles([str(tmp_path / "d")], CycleCache(cache_path))
+    data = json.loads(cache_path.read_text())
+    spoil(data["dirs"][str(tmp_path / "d")], data["entries"])
+    cache_path.write_text(json.dumps(data))
+    again, _, stats = read_cycles([str(tmp_path / "d")], CycleCache(cache_path))
+    assert [c.key for c in again] == [c.key for c in first]
+    assert stats.seen == 2

@@ -638,6 +638,20 @@ def test_no_restart_not_honoured_is_silent_when_nothing_else_is_live() -> None:
     assert detectors.chain_not_cancelled(snap(platform=platform), DEFAULT) == []
 
 
+def test_generations_added_by_extend_after_the_verdict_are_not_a_cancel_that_failed() -> None:
+    # 200 ended with no-restart an hour ago; 201 was queued with it, 202 came with --extend.
+    platform = queue(gen("201", t0=P), gen("202", t0=P), endings=(ending("200", no_restart=True),))
+    chain = replace(
+        EXPECTED,
+        manifest_job_ids=("200", "201", "202"),
+        manifest_submitted=(("200", ago(7200)), ("201", ago(7200)), ("202", ago(60))),
+    )
+    (found,) = detectors.chain_not_cancelled(snap(platform=platform, chain=chain), DEFAULT)
+    assert "generation(s) 201 are still" in found.summary
+    extended_only = queue(gen("202", t0=P), endings=(ending("200", no_restart=True),))
+    assert detectors.chain_not_cancelled(snap(platform=extended_only, chain=chain), DEFAULT) == []
+
+
 def test_no_restart_not_honoured_needs_the_queue() -> None:
     blind = replace(BLIND, endings=(ending("200", no_restart=True),))
     assert detectors.chain_not_cancelled(snap(platform=blind), DEFAULT) == []

@@ -191,8 +191,9 @@ def test_dry_run_writes_nothing_and_alerts_nobody(tmp_path: Path, hook: str) -> 
     )
     assert code == 2 and doc["findings"]
     assert Hook.received == [] and not prom.exists()
-    assert not list((tmp_path / "state").rglob("state.json"))
-    assert not list((tmp_path / "state").rglob("cycles-cache.json"))
+    # Only the log, whose lines say [DRY] (as upstream's): no state, cache or lock file.
+    assert [p.name for p in (tmp_path / "state").rglob("*") if p.is_file()] == ["watch.log"]
+    assert "[DRY]" in next((tmp_path / "state").rglob("watch.log")).read_text()
 
 
 @pytest.mark.parametrize(
@@ -254,6 +255,28 @@ def test_a_work_dir_that_cannot_be_read_is_a_blind_pass(tmp_path: Path, beat: st
     # A work dir whose first generation has not started yet is not blindness.
     (tmp_path / "pending").mkdir()
     code, doc, _ = watch(tmp_path / "pending", tmp_path / "state", "--heartbeat-url", beat)
+    assert (code, doc["degraded"], Beat.hits) == (0, False, ["/beat"])
+
+
+def test_cycle_files_that_none_can_be_read_are_a_blind_pass_not_a_clean_one(
+    tmp_path: Path, beat: str
+) -> None:
+    work = tmp_path / "w"
+    healthy_run(work)
+    cycle = work / "nvrx" / "901" / "cycle_infos" / "cycle_info.901.0.0"
+    doc = json.loads(cycle.read_text())
+    cycle.write_text(json.dumps({**doc, "cycle_start_time": "yesterday at noon"}))
+    code, doc, _ = watch(work, tmp_path / "state", "--heartbeat-url", beat)
+    assert code == 1 and doc["degraded"] is True, doc
+    assert [f["key"].rsplit("-", 1)[0] for f in doc["findings"]] == ["nvrx-watch-blind-cycles"]
+    finding = doc["findings"][0]
+    assert (
+        "none of the 1 cycle-info file(s) could be used" in finding["summary"] + finding["detail"]
+    )
+    assert Beat.hits == []
+    # One readable cycle among them and the watcher sees again.
+    cycle_file(work, "901", 1, datetime.now(UTC) - timedelta(minutes=5), None)
+    code, doc, _ = watch(work, tmp_path / "state", "--heartbeat-url", beat)
     assert (code, doc["degraded"], Beat.hits) == (0, False, ["/beat"])
 
 
@@ -340,3 +363,51 @@ def test_a_pass_that_finds_the_state_locked_only_observes(tmp_path: Path, hook: 
     assert code == 2 and doc["findings"]
     assert Hook.received == []
     assert any("another watch pass holds" in n for n in doc["notes"])
+
+
+def test_a_pass_that_breaks_is_one_line_and_exit_1_not_a_traceback(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    healthy_run(work)
+    state = tmp_path / "state-is-a-file"
+    state.write_text("")
+    code, doc, err = watch(work, state)
+    assert code == 1 and doc["degraded"] is True
+    assert "pass failed" in doc["error"]
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_job_id_slurm_cannot_resolve_is_blind_exit_1(tmp_path: Path) -> None:
+    # Stand-in Slurm commands that answer like a controller that is down.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("scontrol", "sacct", "squeue"):
+        tool = bin_dir / name
+        tool.write_text(
+            "#!/bin/sh\necho 'error: Unable to contact slurm controller (connect failure)' >&2\n"
+            "exit 1\n"
+        )
+        tool.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ENV_NAMES and not k.startswith("NVRX_")}
+    env |= {"NVRX_SLURM_BIN_DIR": str(bin_dir), "NVRX_SLURM_RETRY_DEADLINE": "0"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nvrx.cli",
+            "watch",
+            "4242",
+            "--json",
+            "--state-dir",
+            str(tmp_path / "st"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert doc["degraded"] is True and "cannot resolve job 4242" in doc["error"]
+    assert "Traceback" not in proc.stderr

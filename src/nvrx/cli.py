@@ -336,7 +336,7 @@ def watch_cmd(
     from nvrx.slurm import Slurm
     from nvrx.watch.detectors import DETECTORS
     from nvrx.watch.output import pass_json, print_pass
-    from nvrx.watch.resolve import Overrides, WatchError, resolve
+    from nvrx.watch.resolve import Overrides, WatchBlind, WatchError, resolve
     from nvrx.watch.run import Watcher
 
     if list_detectors:
@@ -372,21 +372,51 @@ def watch_cmd(
         platform=settings.platform,
         max_restarts=max_restarts,
     )
-    try:
-        target = resolve(over, slurm, settings)
-    except WatchError as exc:
-        fail(str(exc))
-    watcher = Watcher(target, settings, slurm, host=socket.gethostname(), act=act, dry_run=dry_run)
+
+    def blind(message: str) -> int:
+        """A pass that saw nothing: one line (and a JSON object with --json), exit 1."""
+        stderr.print(f"nvrx: watch: {message}", markup=False)
+        if as_json:
+            doc = {"exit_code": 1, "degraded": True, "error": message}
+            sys.stdout.write(json.dumps(doc) + "\n")
+            sys.stdout.flush()
+        return 1
+
     code = 0
+    watcher: Watcher | None = None
     try:
         while True:
-            result = watcher.run_pass()
-            code = result.exit_code
-            if as_json:
-                sys.stdout.write(json.dumps(pass_json(result)) + "\n")
-                sys.stdout.flush()
-            else:
-                print_pass(result, stdout)
+            if watcher is None:
+                try:
+                    target = resolve(over, slurm, settings, dry_run=dry_run)
+                except WatchBlind as exc:
+                    # Slurm does not answer: blind (exit 1), not misconfigured; a loop retries.
+                    code = blind(str(exc))
+                except WatchError as exc:
+                    fail(str(exc))
+                else:
+                    watcher = Watcher(
+                        target,
+                        settings,
+                        slurm,
+                        host=socket.gethostname(),
+                        act=act,
+                        dry_run=dry_run,
+                    )
+            if watcher is not None:
+                try:
+                    result = watcher.run_pass()
+                except (OSError, WatchError) as exc:
+                    # A pass that breaks (state dir unusable, ...) is a blind pass, and a cron
+                    # or --interval loop must keep going.
+                    code = blind(f"pass failed: {exc}")
+                else:
+                    code = result.exit_code
+                    if as_json:
+                        sys.stdout.write(json.dumps(pass_json(result)) + "\n")
+                        sys.stdout.flush()
+                    else:
+                        print_pass(result, stdout)
             if settings.interval is None:
                 break
             time.sleep(settings.interval)

@@ -262,7 +262,12 @@ class ChainSettings(_Section):
     fault_ranks: str = Field("2", description="rank(s) that get the workload fault")
     fault_delay: int = Field(60, ge=0, description="seconds before the workload fault")
     fault_types: str = Field("async_exc", description="workload fault types")
-    inject_gpu_failure: str = Field("1:0,2:0", description="cycle:infra_rank list; empty = off")
+    inject_gpu_failure: str = Field(
+        "1:0,2:0",
+        # Checked here: a malformed list would crash the launcher of every generation.
+        pattern=r"^\s*(\d+:\d+(\s*,\s*\d+:\d+)*)?\s*$",
+        description="cycle:infra_rank list; empty = off",
+    )
     extra_env: StrMap = Field(default_factory=dict, description="extra env for every task")
 
 

@@ -174,9 +174,14 @@ def test_an_orphaned_generation_is_reported_and_only_acted_on_with_act(
     assert all(f["severity"] == "info" for f in doc["findings"])
 
     # Watching by any job id of the chain finds the same chain (through its manifest).
-    _, by_id = watch(f"{generation}_3", state_dir=state)
+    dry_state = work_root / "dry-state"
+    _, by_id = watch(f"{generation}_3", "--dry-run", state_dir=dry_state)
     assert by_id["chain"]["chain_id"] == doc["chain"]["chain_id"]
     assert by_id["chain"]["resolved_from"] == "manifest"
+    # --dry-run keeps no state, not even what the id resolved to: only its [DRY] log lines.
+    assert [p.name for p in dry_state.rglob("*") if p.is_file()] == ["watch.log"]
+    _, by_id = watch(f"{generation}_3", state_dir=state)
+    assert by_id["chain"]["chain_id"] == doc["chain"]["chain_id"]
 
 
 class Counter(BaseHTTPRequestHandler):

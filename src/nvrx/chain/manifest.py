@@ -12,10 +12,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from nvrx.chain.shape import ChainError
 from nvrx.files import write_atomic
+from nvrx.slurm.errors import SlurmValueError
+from nvrx.slurm.options import check_name
 
 MANIFEST_NAME = "chain.json"
 SCHEMA_VERSION = 1
@@ -30,8 +32,10 @@ class GenerationRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    index: int
-    job_id: str
+    index: int = Field(ge=0)
+    # Checked, not trusted: a manifest is a file anyone with the work dir can edit, and these
+    # end up in scancel argv and in state paths.
+    job_id: str = Field(pattern=r"^[0-9]+$")
     comment: str
     submitted_at: datetime
 
@@ -52,12 +56,12 @@ class ChainManifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     schema_version: int = SCHEMA_VERSION
-    chain_id: str
+    chain_id: str = Field(pattern=r"^[0-9a-f]{10}$")  # secrets.token_hex(5)
     job_name: str
     work_dir: str
     script: str
     script_sha256: str
-    depth: int
+    depth: int = Field(ge=1)
     shape: dict[str, Any]
     submit_options: dict[str, Any]
     settings: dict[str, Any]
@@ -66,6 +70,14 @@ class ChainManifest(BaseModel):
     updated_at: datetime = Field(default_factory=utcnow)
     generations: list[GenerationRecord] = Field(default_factory=list)
     cancelled_at: datetime | None = None
+
+    @field_validator("job_name")
+    @classmethod
+    def _slurm_name(cls, value: str) -> str:
+        try:
+            return check_name(value, "job name")
+        except SlurmValueError as exc:
+            raise ValueError(str(exc)) from None
 
     @property
     def job_ids(self) -> list[str]:

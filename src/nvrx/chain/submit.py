@@ -132,7 +132,13 @@ def shape_of(loaded: LoadedConfig) -> ArrayShape:
 
 def _shape_from(manifest: ChainManifest) -> ArrayShape:
     names = ("train_tasks", "hot_spares", "cold_spares", "nodes_per_task", "gpus_per_node")
-    return ArrayShape(**{name: manifest.shape[name] for name in names})
+    missing = [name for name in names if name not in manifest.shape]
+    if missing:
+        raise ChainError(f"chain manifest has no {', '.join(missing)} in its shape")
+    values = {name: manifest.shape[name] for name in names}
+    if not all(type(v) is int for v in values.values()):
+        raise ChainError(f"chain manifest has a shape that is not whole numbers: {values}")
+    return ArrayShape(**values)
 
 
 def generation_options(
@@ -414,7 +420,10 @@ def _options_for(manifest: ChainManifest, index: int) -> SubmitOptions:
     for key in ("export", "extra_args"):
         if values.get(key) is not None:
             values[key] = tuple(values[key])
-    return SubmitOptions(**values, comment=chain_comment(manifest.chain_id, index))
+    try:
+        return SubmitOptions(**values, comment=chain_comment(manifest.chain_id, index))
+    except TypeError as exc:  # a key SubmitOptions does not have
+        raise ChainError(f"chain manifest has unusable submit_options: {exc}") from None
 
 
 def _submit_generations(

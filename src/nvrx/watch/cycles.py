@@ -77,6 +77,8 @@ REASON_TMP = "in-flight temporary file (.tmp)"
 REASON_SYMLINK = "symlink (not followed)"
 REASON_BAD_NAME = "name is not cycle_info.<job>.<attempt>.<cycle>"
 ROUTINE_SKIP_REASONS = frozenset({REASON_CURRENT, REASON_TMP})
+# Entries that are not cycle files at all: skipping them says nothing about the cycle files.
+NOT_CYCLE_FILE_REASONS = ROUTINE_SKIP_REASONS | {REASON_SYMLINK, REASON_BAD_NAME}
 
 
 class CycleParseError(ValueError):
@@ -99,6 +101,7 @@ class ReadStats:
     parsed: int = 0  # read and parsed during this pass
     cached: int = 0  # served from the cache: stat only, no read, no parse
     skipped: int = 0  # entries not turned into a CycleInfo (see the SkippedFile reasons)
+    unreadable: int = 0  # of those, cycle files that could not be read or parsed
     duplicates: int = 0  # parsed or cached, then dropped: another file has the same key
     cache_written: bool = False
     cache_error: str | None = None  # the cache could not be loaded or saved (harmless)
@@ -216,6 +219,9 @@ def _parse(text: str, path: str) -> tuple[CycleInfo, list[Any]]:
     end_text = _string(data["cycle_end_time"], "cycle_end_time")
     # "" = open: still running, or its writer died (SIGKILL, node loss) before closing it.
     end = parse_utc(end_text, "cycle_end_time") if end_text else None
+    if end is not None and end < start:
+        # Its duration would be negative: storms and stall windows cannot reason about it.
+        raise CycleParseError(f"cycle_end_time {end_text} is before cycle_start_time {start_text}")
     log_file = _string(data["cycle_log_file"], "cycle_log_file")
     active_expr = _string(data["active_nodes"], "active_nodes")
     standby_expr = _string(data["standby_nodes"], "standby_nodes")
@@ -433,22 +439,24 @@ class CycleCache:
         ):
             return None
         out = []
-        for path in entry[3]:
-            cached = self._entries.get(path)
-            if type(cached) is not list or len(cached) != _ENTRY_LEN:
-                return None
-            try:
+        # Anything odd in a cache entry (a path that is not a string, a stamp that is not a
+        # number) is a miss: the directory is listed and read again.
+        try:
+            for path in entry[3]:
+                cached = self._entries.get(path) if type(path) is str else None
+                if type(cached) is not list or len(cached) != _ENTRY_LEN:
+                    return None
                 info = _info_from_fields(cached[3:], path)
-            except (TypeError, ValueError):
-                return None
-            if info.end is None:
-                try:
-                    st = os.lstat(path)
-                except OSError:
-                    return None
-                if (st.st_mtime_ns, st.st_size, st.st_ino) != tuple(cached[:3]):
-                    return None
-            out.append((info, int(cached[0])))
+                if info.end is None:
+                    try:
+                        st = os.lstat(path)
+                    except OSError:
+                        return None
+                    if (st.st_mtime_ns, st.st_size, st.st_ino) != tuple(cached[:3]):
+                        return None
+                out.append((info, int(cached[0])))
+        except (TypeError, ValueError):
+            return None
         return out
 
     def remember_listing(
@@ -813,6 +821,8 @@ def read_cycles(
                     item = _read_one(path, entry, cache, max_bytes, stats)
                 except _Skip as skip:
                     stats.skipped += 1
+                    if skip.reason not in NOT_CYCLE_FILE_REASONS:
+                        stats.unreadable += 1
                     skipped.append(SkippedFile(path, skip.reason))
                     continue
                 _keep(found, item, skipped, stats)

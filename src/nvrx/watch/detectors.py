@@ -246,12 +246,25 @@ def chain_not_cancelled(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     if platform is None:
         return []
     code = snap.chain.no_restart_exit_code
+    submitted = dict(snap.chain.manifest_submitted)
     findings = []
     for ending in platform.endings:
         verdict = ending.no_restart or (ending.exit is not None and ending.exit.code == code)
         if not verdict:
             continue
-        others = [g for g in platform.generations if g.job_id != ending.job_id and g.live]
+        # Generations submitted after the verdict (the operator's --extend) are not a cancel
+        # that failed to happen.
+        others = [
+            g
+            for g in platform.generations
+            if g.job_id != ending.job_id
+            and g.live
+            and not (
+                ending.end is not None
+                and g.job_id in submitted
+                and submitted[g.job_id] > ending.end
+            )
+        ]
         if not others:
             continue
         ids = [g.job_id for g in others]

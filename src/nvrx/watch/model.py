@@ -147,6 +147,9 @@ class ChainRef:
     work_dir: str | None
     chain_id: str | None = None  # from the manifest (nvrx chains)
     manifest_job_ids: tuple[str, ...] = ()
+    # (job id, submitted at) per manifest generation: tells generations an operator added with
+    # --extend after a no-restart verdict from the ones the verdict should have cancelled.
+    manifest_submitted: tuple[tuple[str, datetime], ...] = ()
     expect_running: bool = False  # a manifest that was not cancelled: the chain should be alive
     max_restarts: int | None = None
     no_restart_exit_code: int = 93

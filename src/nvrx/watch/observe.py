@@ -16,9 +16,15 @@ from pathlib import Path
 from nvrx.config import WatchSettings
 from nvrx.slurm import JobState, QueueRow, Slurm, SlurmError, SlurmValueError
 from nvrx.slurm.parse import AccountingRow
-from nvrx.watch.cycles import ROUTINE_SKIP_REASONS, CycleCache, read_cycles
+from nvrx.watch.cycles import (
+    NOT_CYCLE_FILE_REASONS,
+    ROUTINE_SKIP_REASONS,
+    CycleCache,
+    read_cycles,
+)
 from nvrx.watch.model import (
     Checkpoint,
+    CycleInfo,
     Generation,
     Platform,
     SkippedFile,
@@ -200,7 +206,21 @@ def observe(
         # The .current pointer of every generation is skipped on every pass: not news.
         skipped=tuple(s for s in skipped if s.reason not in ROUTINE_SKIP_REASONS),
         notes=(f"cycle cache: {stats.cache_error}",) if stats.cache_error else (),
-        cycles_blind=_blind_location(target, skipped),
+        cycles_blind=_blind_location(target, skipped)
+        or _blind_reader(cycles, skipped, stats.unreadable + len(future)),
+    )
+
+
+def _blind_reader(cycles: list[CycleInfo], skipped: list[SkippedFile], unusable: int) -> str | None:
+    """Cycle files exist but not one could be used (a format this reader does not know, every
+    file truncated or unreadable, every start in the future): the watcher sees nothing, and
+    must not call that healthy."""
+    if cycles or not unusable:
+        return None
+    first = next(s for s in skipped if s.reason not in NOT_CYCLE_FILE_REASONS)
+    return (
+        f"none of the {unusable} cycle-info file(s) could be used "
+        f"(first: {first.path}: {first.reason})"
     )
 
 

@@ -82,9 +82,11 @@ class Overrides:
     no_restart_exit_code: int = 93
 
 
-def resolve(over: Overrides, slurm: Slurm | None, settings: WatchSettings) -> Target:
+def resolve(
+    over: Overrides, slurm: Slurm | None, settings: WatchSettings, *, dry_run: bool = False
+) -> Target:
     """Resolve the watched chain; raises WatchError with a one-line reason (WatchBlind when
-    Slurm could not be asked)."""
+    Slurm could not be asked). `dry_run` writes nothing (not even the resolution memo)."""
     if over.platform == "none" and over.work_dir is None and over.cycle_info_glob is None:
         raise WatchError("--platform none needs --work-dir or --cycle-info-glob")
     if over.job_id is None and over.work_dir is None and over.cycle_info_glob is None:
@@ -115,7 +117,8 @@ def resolve(over: Overrides, slurm: Slurm | None, settings: WatchSettings) -> Ta
                     f"job {job_id} ({name}) has no chain manifest and no readable batch script "
                     "with NVRx flags; give --work-dir or --cycle-info-glob"
                 )
-            _remember(settings, job_id, target)
+            if not dry_run:
+                _remember(settings, job_id, target)
     if target is None:
         target = Target(ChainRef(None, None, None, resolved_from="flags"), (), None, "")
 
@@ -189,6 +192,7 @@ def from_manifest(m: ChainManifest) -> Target:
         work_dir=m.work_dir,
         chain_id=m.chain_id,
         manifest_job_ids=tuple(m.job_ids),
+        manifest_submitted=tuple((g.job_id, g.submitted_at) for g in m.generations),
         expect_running=m.cancelled_at is None,
         max_restarts=max_restarts if isinstance(max_restarts, int) else None,
         no_restart_exit_code=code if isinstance(code, int) else 93,

@@ -93,6 +93,8 @@ class Watcher:
     def run_pass(self, now: datetime | None = None) -> PassResult:
         now = now or datetime.now(UTC)
         self._refresh_target()
+        if self.dry_run:  # reads the state if there is one; creates nothing, not even the lock
+            return self._pass(now, writes=False, owner=True)
         self.dir.mkdir(parents=True, exist_ok=True)
         with open(self.dir / ".lock", "a+") as lock:
             try:
