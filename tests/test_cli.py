@@ -120,3 +120,13 @@ def test_markup_in_values_is_shown_as_typed(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "[/x]" in proc.stdout
+
+
+def test_list_pool_shows_the_default_pool_before_any_sbatch_script_exists(tmp_path: Path) -> None:
+    # The README's first look at a campaign: llama4_scout's script is the user's to provide.
+    proc = run("inject-loop", "--list-pool", "--pool", "default", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines() if line.split()[:1] != ["#"]]
+    rows = [r for r in rows if r]
+    assert len(rows) == 34
+    assert rows[0][1:5] == ["GPU_SLEEP", "1", "5", "2"]

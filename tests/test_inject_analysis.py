@@ -96,3 +96,37 @@ def test_a_reanalysis_keeps_one_row_per_experiment(session: Path) -> None:
     md = (session / "experiments_report.md").read_text()
     assert md.startswith("# Fault Injection Experiment Report")
     assert sum(line.startswith("| ") and "| FAILED |" in line for line in md.splitlines()) == 4
+
+
+def test_an_upstream_fr_analyzer_that_fails_is_an_error_not_no_dumps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nvrx.inject import analysis
+
+    # A stand-in for upstream's module that crashes, echoing the key it found in the environment.
+    (tmp_path / "fake_fr.py").write_text(
+        "import os, sys\n"
+        "sys.stderr.write('Traceback ...\\nRuntimeError: bad key ' + os.environ['LLM_API_KEY'])\n"
+        "sys.exit(1)\n"
+    )
+    monkeypatch.setattr(analysis, "UPSTREAM_FR_MODULE", "fake_fr")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("LLM_API_KEY", "sk-upstream-secret")
+    analyze = analysis.upstream_fr_analyzer(timeout=60)
+    with pytest.raises(analysis.AnalysisError) as err:
+        analyze(tmp_path, "_dump_*")
+    assert str(err.value) == "nvrx-fr exited 1: RuntimeError: bad key <hidden>"
+
+
+def test_an_experiment_whose_job_left_no_log_is_unscored_not_invalid(session: Path) -> None:
+    experiments = sorted(p for p in session.iterdir() if p.is_dir())
+    lost = experiments[0]
+    for log in (lost / "logs").rglob("*.main_workload.log"):
+        log.unlink()
+    proc = reanalyze(session, "--json")
+    assert proc.returncode == 3, proc.stderr  # unscored, as `nvrx score` says (exit 3)
+    assert not (lost / "analysis" / "run_valid.txt").exists()
+    verdict = json.loads((lost / "analysis" / "verdict.json").read_text())
+    assert verdict["status"] == "unscored" and "no job log" in verdict["reason"]
+    report = json.loads((session / "report.json").read_text())
+    assert report["summary"]["scored"] == 3

@@ -1,6 +1,7 @@
 """The experiment pool: what is accepted, what is refused (naming the entry), in what order."""
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -159,3 +160,60 @@ def test_the_session_state_is_a_fold_of_the_journal(tmp_path: Path) -> None:
     assert (state.records[0].state, state.records[0].exit) == ("FAILED", "0:9")
     assert state.records[1].comment == "c1"
     assert state.records[2].dir == tmp_path / "n2_SEGFAULT_r1_i5"
+
+
+@pytest.mark.parametrize("body", ["bar", "[1, 2]", "7"])
+def test_a_workload_that_is_not_a_mapping_is_a_one_line_error(tmp_path: Path, body: str) -> None:
+    extra = tmp_path / "workloads.yaml"
+    extra.write_text(f"foo: {body}\n")
+    with pytest.raises(PoolError, match=f"workload 'foo' in {extra} must be a mapping of settings"):
+        load_registry(extra)
+
+
+@pytest.mark.parametrize("spec", [None, "not a spec", {"workload": "w", "no_such_field": 1}])
+def test_a_journal_without_a_usable_campaign_spec_is_a_pool_error(spec: object) -> None:
+    from nvrx.inject.run import CampaignSpec
+
+    with pytest.raises(PoolError, match="the session's journal has"):
+        CampaignSpec.from_json(spec)
+
+
+class _Notes:
+    """A Reporter that keeps the notes (the other callbacks are not reached here)."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"unexpected reporter call {name}")
+
+
+def test_an_open_intent_is_called_never_submitted_only_once_it_had_time_to_show(
+    tmp_path: Path,
+) -> None:
+    from datetime import timedelta
+
+    from nvrx.inject.run import Campaign
+    from nvrx.inject.session import Session, utcnow
+    from tests.test_slurm_replay import Replay, slurm_for
+
+    session = Session.create(tmp_path)
+    session.journal.append("session", spec={})
+    session.journal.append("planned", index=0, fault="SIGKILL", rank=0, iter=5, nodes=2, copy=0)
+    session.journal.append("submitting", index=0, job_name="fi-s-0", comment="nvrx-fi=s/0")
+    # The queue and accounting know no such job, twice.
+    replay = Replay({"squeue": [(0, "", "")] * 2, "sacct": [(0, "", "")] * 2})
+    reporter = _Notes()
+    campaign = Campaign(session, slurm_for(replay), reporter, batch_size=2)
+
+    campaign._reconcile(session.state())  # sbatch's answer may just have been lost: wait
+    assert [r.status for r in session.state().records] == ["submitting"]
+    assert "no job yet; deciding after" in reporter.notes[-1]
+
+    state = session.state()
+    state.records[0].intent_at = utcnow() - timedelta(minutes=5)
+    campaign._reconcile(state)  # long enough: it never became a job
+    assert [r.status for r in session.state().records] == ["planned"]

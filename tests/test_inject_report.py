@@ -298,3 +298,20 @@ def test_a_judge_that_cannot_be_built_fails_before_a_session_is_created(tmp_path
     assert proc.returncode == 2, proc.stderr
     assert "no API key for the judge at https://judge.example.com/v1" in proc.stderr
     assert not (tmp_path / "runs" / "fault_injection").exists()
+
+
+def test_a_key_given_on_the_command_line_never_reaches_the_journal(tmp_path: Path) -> None:
+    session = Session.create(tmp_path)
+    spec = CampaignSpec(workload="w", script="s", gpus_per_node=4, time_limit="00:10:00")
+    argv = [
+        "nvrx",
+        "inject-loop",
+        "--set",
+        "score.api_key=sk-live-1",
+        "--set=inject.llm_api_key=sk-2",
+    ]
+    record_session(session, spec, [], pool_source="t", settings={}, argv=argv, batch_size=2)
+    text = (session.dir / "journal.jsonl").read_text()
+    assert "sk-live-1" not in text and "sk-2" not in text
+    (event,) = [json.loads(line) for line in text.splitlines()]
+    assert event["argv"][-2:] == ["score.api_key=<hidden>", "--set=inject.llm_api_key=<hidden>"]

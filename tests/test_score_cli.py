@@ -225,6 +225,22 @@ def test_upstream_flags(tmp_path: Path) -> None:
     assert c["verdict"]["fr_rank_correct"] == "rank"
 
 
+@pytest.mark.parametrize("answer", ["LLM FAILURE", "NO LOGS"])
+def test_an_analyser_that_failed_is_unscored_not_a_wrong_answer(
+    tmp_path: Path, answer: str
+) -> None:
+    # logsage fills its fields with these when its own model call failed or it saw no log.
+    text = f"{answer}\n\nAttribution: {answer}\n\nFalse"
+    proc = nvrx(
+        "--fault-type", "SEGFAULT", "--rank", "1", "--iter", "3", "--nodes", "1",
+        "--log-output", text, "--json", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr
+    [c] = json.loads(proc.stdout)["cases"]
+    assert c["verdict"]["status"] == "unscored"
+    assert f"its answer is {answer}" in c["verdict"]["reason"]
+
+
 TRUTH = "--fault-type SEGFAULT --rank 1 --iter 1 --nodes 1"
 
 
@@ -418,3 +434,17 @@ def test_a_tracking_file_without_its_columns_is_refused(tmp_path: Path) -> None:
         "not a tracking file (no column JOB_ID, FAULT_TYPE, RANK, ITER, NODES, EXPERIMENT_DIR)"
         in proc.stderr
     )
+
+
+def test_a_session_with_a_damaged_journal_is_a_one_line_error(tmp_path: Path) -> None:
+    s = tmp_path / "fault_injection" / "20260101_000000"
+    s.mkdir(parents=True)
+    (s / "experiments.tsv").write_text("JOB_ID\tFAULT_TYPE\tRANK\tITER\tNODES\tEXPERIMENT_DIR\n")
+    (s / "journal.jsonl").write_text(
+        '{"event": "session", "spec": {}}\n'
+        '{"event": "planned", "index": 0, "fault": "BOOM", "rank": 0, "iter": 1, "nodes": 1}\n'
+    )
+    proc = nvrx(str(s), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "event 2 ('planned') is damaged" in lines[0], proc.stderr

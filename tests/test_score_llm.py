@@ -384,3 +384,21 @@ def test_the_schema_the_validator_and_the_ranking_allow_the_same_values() -> Non
         assert schema["properties"][d]["enum"] == list(answer_values(d))
         assert sorted(answer_values(d)) == sorted(ALLOWED[d])
     assert schema["required"] == [*DIMENSIONS, "notes"]
+
+
+@pytest.mark.parametrize(
+    ("url", "loopback"),
+    [
+        ("http://127.0.0.1:8431/v1", True),
+        ("http://127.8.9.10/v1", True),
+        ("http://localhost:8000/v1", True),
+        ("http://[::1]:8000/v1", True),
+        ("http://127.example.com/v1", False),  # a name: it may resolve anywhere
+        ("https://api.example.com/v1", False),
+        ("http://10.0.0.1/v1", False),
+    ],
+)
+def test_only_this_machine_counts_as_loopback(url: str, loopback: bool) -> None:
+    from nvrx.score.run import is_loopback
+
+    assert is_loopback(url) is loopback

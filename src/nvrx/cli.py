@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -64,6 +65,11 @@ SetOpt = Annotated[
     list[str] | None,
     typer.Option("--set", metavar="SECTION.KEY=VALUE", help="Override one setting (repeatable)."),
 ]
+
+
+def _note_duplicates(duplicates: Sequence[str]) -> None:
+    for dup in sorted(set(duplicates)):
+        stderr.print(f"note: duplicate entry {dup} kept in its own directory", markup=False)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -492,7 +498,13 @@ def inject_loop_cmd(
         print_summary,
         summary_json,
     )
-    from nvrx.inject.plan import make_plan, planned_commands, rerun_plan, start_session
+    from nvrx.inject.plan import (
+        make_plan,
+        plan_pool,
+        planned_commands,
+        rerun_plan,
+        start_session,
+    )
     from nvrx.inject.pool import PoolError
     from nvrx.inject.report import failing_entries
     from nvrx.inject.report import rows as report_rows
@@ -583,12 +595,16 @@ def inject_loop_cmd(
                 plan = rerun_plan(rerun_failing, old, entries)
                 home = rerun_failing.parent.parent  # beside OLD: the stop condition compares them
                 size = batch_size or int(old.info.get("batch_size", cfg.batch_size))
+            elif list_pool:  # the pool alone: listing it needs no sbatch script yet
+                listed = plan_pool(loaded, allow_duplicates=allow_duplicates)
+                _note_duplicates(listed.pool.duplicates)
+                stdout.print(pool_table(list(listed.pool.experiments), listed.gpus_per_node))
+                return
             else:
                 plan = make_plan(loaded, allow_duplicates=allow_duplicates, extra_args=ctx.args)
                 home = Path(cfg.base_experiments_dir)
                 size = cfg.batch_size
-            for dup in sorted(set(plan.pool.duplicates)):
-                stderr.print(f"note: duplicate entry {dup} kept in its own directory", markup=False)
+            _note_duplicates(plan.pool.duplicates)
             if list_pool:
                 stdout.print(pool_table(list(plan.pool.experiments), plan.spec.gpus_per_node))
                 return
@@ -907,6 +923,7 @@ def score_cmd(
 
     Offline with the deterministic rules judge, or with an LLM over an OpenAI-compatible API.
     """
+    from nvrx.inject.pool import PoolError
     from nvrx.score import report
     from nvrx.score.load import Shape, cases_from_path, flags_case, parse_bool
     from nvrx.score.model import ScoreError
@@ -966,7 +983,7 @@ def score_cmd(
             cfg,
             warn=lambda m: stderr.print(f"nvrx: warning: {m}", markup=False),
         )
-    except ScoreError as exc:
+    except (ScoreError, PoolError) as exc:  # PoolError: a session's journal that is damaged
         fail(str(exc))
 
     verdicts = score(judges, cases)

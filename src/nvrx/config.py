@@ -423,6 +423,20 @@ def is_secret(info: FieldInfo) -> bool:
     return SecretStr in getattr(info.annotation, "__args__", ())
 
 
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """A command line fit for a manifest or journal: the value of every secret setting given
+    as `KEY=VALUE` (after `--set`, or as `--set=KEY=VALUE`) is replaced by HIDDEN."""
+    secret_keys = {key for key, info in FIELDS.items() if is_secret(info)}
+    out: list[str] = []
+    for arg in argv:
+        flag, eq, assignment = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+        key, sep, _ = assignment.partition("=")
+        if sep and key.strip() in secret_keys:
+            arg = f"{flag}{eq}{key}={HIDDEN}"
+        out.append(arg)
+    return out
+
+
 def canonical_env_name(key: str) -> str:
     """`slurm.command_timeout` → `NVRX_SLURM_COMMAND_TIMEOUT`."""
     return "NVRX_" + key.replace(".", "_").upper()

@@ -43,7 +43,7 @@ from nvrx.chain.script import (
     script_sha256,
 )
 from nvrx.chain.shape import ArrayShape, ChainError, check_work_dir
-from nvrx.config import FIELDS, HIDDEN, LoadedConfig, is_secret
+from nvrx.config import LoadedConfig, redact_argv
 from nvrx.files import write_atomic
 from nvrx.slurm import Slurm, SlurmError, SubmitOptions
 from nvrx.slurm.options import check_name
@@ -240,16 +240,6 @@ def _job_name(loaded: LoadedConfig, chain_id: str) -> str:
     return check_name(name)
 
 
-def _redact(argv: Sequence[str]) -> list[str]:
-    """The command line for the manifest, without the value of any secret setting."""
-    secret_keys = {key for key, info in FIELDS.items() if is_secret(info)}
-    out: list[str] = []
-    for arg in argv:
-        key, sep, _ = arg.partition("=")
-        out.append(f"{key}={HIDDEN}" if sep and key in secret_keys else arg)
-    return out
-
-
 @contextmanager
 def work_dir_lock(work_dir: Path) -> Iterator[None]:
     """One submit-chain at a time per work dir: two runs must not both create, extend or cancel
@@ -409,7 +399,7 @@ def _new_manifest(
             user=Slurm.current_user(),
             host=socket.gethostname(),
             nvrx_version=__version__,
-            argv=_redact(argv or sys.argv),
+            argv=redact_argv(argv or sys.argv),
             cwd=os.getcwd(),
         ),
     )

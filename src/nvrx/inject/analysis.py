@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nvrx.config import NvrxConfig
+from nvrx.config import HIDDEN, NvrxConfig
 from nvrx.files import write_atomic
 from nvrx.inject.pool import PoolError
 from nvrx.inject.session import Record, Session
@@ -92,6 +92,11 @@ def _run(argv: list[str], cwd: Path, timeout: float, what: str) -> str:
         raise AnalysisError(f"{what} could not start: {exc.strerror}") from None
     if proc.returncode != 0:
         tail = " ".join(proc.stderr.strip().splitlines()[-1:])[:200]
+        # The tail goes into the verdict's reason and the reports: an analyser that echoes the
+        # key it read from the environment must not publish it there.
+        for name, value in os.environ.items():
+            if name.endswith("API_KEY") and len(value) >= 4:
+                tail = tail.replace(value, HIDDEN)
         raise AnalysisError(f"{what} exited {proc.returncode}: {tail}")
     return proc.stdout
 
@@ -118,10 +123,9 @@ def upstream_fr_analyzer(timeout: float) -> FrAnalyzer:
             sys.executable, "-m", UPSTREAM_FR_MODULE, "--fr-path", str(checkpoints),
             "--emit-stdout", "-p", pattern,
         ]  # fmt: skip
-        try:
-            text = _run(argv, checkpoints, timeout, "nvrx-fr").strip()
-        except AnalysisError:
-            text = ""  # upstream's rule: an error or empty output is `no_dumps`
+        # Unlike upstream, which reads a crash as `no_dumps`: a failed analyser makes the
+        # experiment unscored (AnalysisError). Only an empty answer means no dumps.
+        text = _run(argv, checkpoints, timeout, "nvrx-fr").strip()
         ranks = sorted(fr_ranks(text))
         return (text or NO_DUMPS), {"ranks": ranks, "source": "nvrx-fr"}
 
@@ -222,10 +226,15 @@ def analyse(record: Record, analyzers: Analyzers, judge: Judge) -> ExperimentAna
     log_path = main_log(record.dir, record.job_id)
     raw = decode_log(log_path.read_bytes()) if log_path is not None else None
     validity = run_validity(raw)
-    write_atomic(
-        out / RUN_VALID,
-        f"{'true' if validity.run_valid else 'false'}\n{validity.kind}: {validity.reason}\n",
-    )
+    if raw is not None:
+        write_atomic(
+            out / RUN_VALID,
+            f"{'true' if validity.run_valid else 'false'}\n{validity.kind}: {validity.reason}\n",
+        )
+    else:
+        # No log at all says nothing about validity: no run_valid.txt, so the experiment is
+        # unscored ("no job log"), as `nvrx score` has it, never a quietly skipped `invalid`.
+        (out / RUN_VALID).unlink(missing_ok=True)
     stripped = blind(raw or "")
     write_atomic(out / STRIPPED_LOG, stripped)
     errors: list[str] = []

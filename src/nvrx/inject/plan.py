@@ -29,9 +29,18 @@ def gpus_per_node(loaded: LoadedConfig, workload: Workload) -> int:
     return workload.gpus_per_node
 
 
-def make_plan(
-    loaded: LoadedConfig, *, allow_duplicates: bool = False, extra_args: Sequence[str] = ()
-) -> Plan:
+@dataclass(frozen=True)
+class PoolPlan:
+    """The resolved pool of a campaign and what it was checked against: all `--list-pool`
+    needs (no sbatch script: a pool can be listed before the workload's script exists)."""
+
+    workload: Workload
+    pool: Pool
+    source: str
+    gpus_per_node: int
+
+
+def plan_pool(loaded: LoadedConfig, *, allow_duplicates: bool = False) -> PoolPlan:
     cfg = loaded.config.inject
     workload = find_workload(cfg.workload, load_registry(cfg.workloads_file))
     gpn = gpus_per_node(loaded, workload)
@@ -43,6 +52,15 @@ def make_plan(
         workload=workload.name,
         allow_duplicates=allow_duplicates,
     )
+    return PoolPlan(workload, pool, source, gpn)
+
+
+def make_plan(
+    loaded: LoadedConfig, *, allow_duplicates: bool = False, extra_args: Sequence[str] = ()
+) -> Plan:
+    cfg = loaded.config.inject
+    resolved = plan_pool(loaded, allow_duplicates=allow_duplicates)
+    workload, gpn = resolved.workload, resolved.gpus_per_node
     script = cfg.sbatch_script or workload.script
     if script is None:
         raise PoolError(
@@ -79,7 +97,7 @@ def make_plan(
         exports={**site, **workload.env},
         extra_args=tuple(extra_args),
     )
-    return Plan(workload, spec, pool, source)
+    return Plan(workload, spec, resolved.pool, resolved.source)
 
 
 def planned_commands(plan: Plan, slurm: Slurm, base: Path) -> list[list[str]]:
@@ -123,9 +141,9 @@ def rerun_plan(old: Path, state: SessionState, entries: Sequence[str]) -> Plan:
     same workload, script, shape, time limit and exports (a re-run that changed them would not
     compare)."""
     try:
-        spec = CampaignSpec.from_json(state.info["spec"])
-    except (KeyError, TypeError) as exc:
-        raise PoolError(f"{old}: its journal does not record the campaign ({exc})") from None
+        spec = CampaignSpec.from_json(state.info.get("spec"))
+    except PoolError as exc:
+        raise PoolError(f"{old}: {exc}") from None
     workload = Workload(
         name=spec.workload, script=Path(spec.script), gpus_per_node=spec.gpus_per_node
     )

@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from nvrx.config import redact_argv
 from nvrx.inject.analysis import Analyst, ExperimentAnalysis
 from nvrx.inject.pool import Experiment, PoolError
 from nvrx.inject.session import Record, Session, SessionState, utcnow
@@ -53,10 +54,16 @@ class CampaignSpec:
     extra_args: tuple[str, ...] = ()
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> CampaignSpec:
+    def from_json(cls, data: Any) -> CampaignSpec:
+        """The spec a session's journal recorded; PoolError when it is not one."""
+        if not isinstance(data, dict):
+            raise PoolError("the session's journal has no campaign spec (no 'session' event)")
         values = dict(data)
         values["extra_args"] = tuple(values.get("extra_args") or ())
-        return cls(**values)
+        try:
+            return cls(**values)
+        except TypeError as exc:
+            raise PoolError(f"the session's journal has an unusable campaign spec: {exc}") from None
 
 
 def job_name(session_id: str, index: int) -> str:
@@ -162,7 +169,7 @@ class Campaign:
 
     def run(self) -> Outcome:
         state = self.session.state()
-        spec = CampaignSpec.from_json(state.info["spec"])
+        spec = CampaignSpec.from_json(state.info.get("spec"))
         try:
             self._reconcile(state)
             if self.analyst is not None:  # ended before a crash or an interrupt, not analysed
@@ -324,6 +331,15 @@ class Campaign:
                     continue
                 job = acct[0].array_job_id if acct else None
             if job is None:
+                # An sbatch whose answer was lost can still turn into a job a little later:
+                # "never submitted" is decided only once the intent is older than that.
+                settle = 2 * self.slurm.settings.command_timeout
+                age = (utcnow() - record.intent_at).total_seconds() if record.intent_at else settle
+                if age < settle:
+                    self.reporter.note(
+                        f"{record.experiment.entry}: no job yet; deciding after {settle:g} s"
+                    )
+                    continue
                 self.session.journal.append("not_submitted", index=record.index)
                 continue
             self.session.journal.append(
@@ -369,7 +385,7 @@ def record_session(
         pool=pool_source,
         batch_size=batch_size,
         settings=settings,
-        argv=list(argv),
+        argv=redact_argv(argv),  # a key given with --set never reaches the journal
         created=datetime.now().isoformat(),
     )
     for index, e in enumerate(experiments):

@@ -77,6 +77,7 @@ class Record:
     job_id: str | None = None
     job_name: str = ""
     comment: str = ""
+    intent_at: datetime | None = None  # when the open `submitting` intent was journalled
     submitted_at: datetime | None = None
     state: str | None = None  # final Slurm state
     exit: str | None = None  # code:signal
@@ -168,6 +169,7 @@ def _apply(state: SessionState, ev: dict[str, Any], session_dir: Path) -> None:
         r = state.records[index]
         if kind == "submitting":
             r.status, r.job_name, r.comment = "submitting", ev["job_name"], ev["comment"]
+            r.intent_at = datetime.fromisoformat(ev["at"])
         elif kind == "submitted":
             r.status, r.job_id = "submitted", str(ev["job_id"])
             r.comment = ev.get("comment", r.comment)

@@ -40,6 +40,8 @@ def _parse(text: str, source: str, base: Path | None) -> dict[str, Workload]:
         raise PoolError(f"workloads file {source} must map names to workloads")
     out: dict[str, Workload] = {}
     for name, body in data.items():
+        if body is not None and not isinstance(body, dict):
+            raise PoolError(f"workload {name!r} in {source} must be a mapping of settings")
         fields = dict(body or {})
         script = fields.get("script")
         if isinstance(script, str) and base is not None and not Path(script).is_absolute():

@@ -358,3 +358,18 @@ def fault_description(
     if hits:
         return "partial", hits
     return "false", []
+
+
+# logsage's answers that say the analyser itself failed (inject-loop.md §9.1): there is no
+# attribution to judge, so the case is unscored rather than scored as a wrong answer.
+_ANALYSER_FAILURES: dict[str, str] = {
+    "LLM FAILURE": "the log analyser's model failed",
+    "NO LOGS": "the log analyser saw no log",
+}
+
+
+def analyser_failure(attribution: str) -> str | None:
+    """Why an attribution text is not an answer to judge, or None when it is one."""
+    decision = Attribution.parse(attribution).decision
+    reason = _ANALYSER_FAILURES.get(decision)
+    return f"{reason} (its answer is {decision})" if reason else None

@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 
 from nvrx.inject.session import JOURNAL_NAME, TSV_HEADER, TSV_NAME, Record, Session
-from nvrx.score.evidence import blind, decode_log, judge_excerpt, run_validity
+from nvrx.score.evidence import analyser_failure, blind, decode_log, judge_excerpt, run_validity
 from nvrx.score.model import Case, GroundTruth, ScoreError
 
 ANALYSIS_DIR = "analysis"
@@ -110,12 +110,13 @@ def experiment_case(
     has_attribution = attribution_file.is_file()
     if problem is None and run_valid and not has_attribution:
         problem = f"no log attribution: {attribution_file} is missing (analyse the run first)"
+    attribution = blind(read_text(attribution_file, "log attribution")) if has_attribution else ""
+    if problem is None and run_valid:
+        problem = analyser_failure(attribution)
     return make(
         truth=truth,
         log_excerpt=judge_excerpt(raw_log),
-        log_attribution=blind(read_text(attribution_file, "log attribution"))
-        if has_attribution
-        else "",
+        log_attribution=attribution,
         fr_output=blind(read_text(fr_file, "FR analysis")) if fr_file.is_file() else "no_dumps",
         problem=problem,
     )
@@ -248,8 +249,10 @@ def flags_case(
         log_attribution=attribution,
         fr_output=blind(text_or_file(fr_output, "FR output")) or "no_dumps",
         problem=(
-            "no log attribution given (--log-output is empty)"
-            if run_valid and not attribution.strip()
-            else None
+            None
+            if not run_valid
+            else "no log attribution given (--log-output is empty)"
+            if not attribution.strip()
+            else analyser_failure(attribution)
         ),
     )

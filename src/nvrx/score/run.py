@@ -12,6 +12,7 @@ API key, first found (score.md §7): `JUDGE_API_KEY`, `JUDGE_API_KEY_FILE`, `LLM
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
 import stat
 from collections.abc import Callable, Sequence
@@ -62,8 +63,15 @@ def base_url(config: NvrxConfig) -> str:
 
 
 def is_loopback(url: str) -> bool:
+    """The URL's host is this machine: `localhost` or a loopback address (127.0.0.0/8, ::1).
+    A name such as `127.example.com` is not: it may resolve anywhere."""
     host = (urlsplit(url).hostname or "").lower()
-    return host in ("localhost", "::1") or host.startswith("127.")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 KEY_SOURCES = (
