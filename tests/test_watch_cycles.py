@@ -957,13 +957,19 @@ def _age(path: Path, seconds: int = 3600) -> None:
     os.utime(path, ns=(old, old))
 
 
+def aged_files(directory: Path, n: int) -> list[Path]:
+    """`n` cycle files in `directory`, files and directory old enough for the listing cache."""
+    files = make_files(directory, n)
+    for path in files:
+        _age(path)
+    _age(directory)
+    return files
+
+
 def test_an_unchanged_directory_is_not_even_listed_on_the_next_pass(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    files = make_files(tmp_path / "d", 3)
-    for path in files:
-        _age(path)
-    _age(tmp_path / "d")
+    aged_files(tmp_path / "d", 3)
     cache_path = tmp_path / "cache.json"
     first, _, _ = read_cycles([str(tmp_path / "d")], CycleCache(cache_path))
 
@@ -979,9 +985,7 @@ def test_an_unchanged_directory_is_not_even_listed_on_the_next_pass(
 def test_a_cycle_file_replaced_by_rename_is_seen_although_its_directory_was_cached(
     tmp_path: Path,
 ) -> None:
-    (path,) = make_files(tmp_path / "d", 1)
-    _age(path)
-    _age(tmp_path / "d")
+    (path,) = aged_files(tmp_path / "d", 1)
     cache_path = tmp_path / "cache.json"
     (before,), _, _ = read_cycles([str(tmp_path / "d")], CycleCache(cache_path))
     assert before.end is None
@@ -1000,9 +1004,7 @@ def test_a_cycle_file_replaced_by_rename_is_seen_although_its_directory_was_cach
 def test_an_open_cycle_rewritten_in_place_is_seen_although_its_directory_was_cached(
     tmp_path: Path,
 ) -> None:
-    (path,) = make_files(tmp_path / "d", 1)  # cycle 0, open
-    _age(path)
-    _age(tmp_path / "d")
+    (path,) = aged_files(tmp_path / "d", 1)  # cycle 0, open
     cache_path = tmp_path / "cache.json"
     read_cycles([str(tmp_path / "d")], CycleCache(cache_path))
     closed = json.loads(path.read_text())
@@ -1016,10 +1018,7 @@ def test_an_open_cycle_rewritten_in_place_is_seen_although_its_directory_was_cac
 def test_an_unchanged_directory_is_listed_again_after_the_listing_ttl(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    files = make_files(tmp_path / "d", 2)
-    for path in files:
-        _age(path)
-    _age(tmp_path / "d")
+    aged_files(tmp_path / "d", 2)
     cache_path = tmp_path / "cache.json"
     read_cycles([str(tmp_path / "d")], CycleCache(cache_path))
     monkeypatch.setattr(cycles, "LISTING_TTL_NS", -1)
@@ -1045,10 +1044,7 @@ def test_an_unchanged_directory_is_listed_again_after_the_listing_ttl(
 def test_a_corrupt_directory_listing_in_the_cache_is_a_miss(
     tmp_path: Path, spoil: Callable[[list[Any], dict[str, Any]], Any]
 ) -> None:
-    files = make_files(tmp_path / "d", 2)
-    for path in files:
-        _age(path)
-    _age(tmp_path / "d")
+    aged_files(tmp_path / "d", 2)
     cache_path = tmp_path / "cache.json"
     first, _, _ = read_cycles([str(tmp_path / "d")], CycleCache(cache_path))
     data = json.loads(cache_path.read_text())

@@ -64,28 +64,25 @@ def healthy_run(work: Path) -> None:
     cycle_file(work, "901", 0, now - timedelta(minutes=20), None)
 
 
-def watch(work: Path, state: Path, *args: str) -> tuple[int, dict[str, Any], str]:
-    env = {k: v for k, v in os.environ.items() if k not in ENV_NAMES and not k.startswith("NVRX_")}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "nvrx.cli",
-            "watch",
-            "--platform",
-            "none",
-            "--work-dir",
-            str(work),
-            "--state-dir",
-            str(state),
-            "--json",
-            *args,
-        ],
+def nvrx_watch(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`nvrx watch ARGS`, with no nvrx setting from the developer's environment."""
+    base = {k: v for k, v in os.environ.items() if k not in ENV_NAMES and not k.startswith("NVRX_")}
+    return subprocess.run(
+        [sys.executable, "-m", "nvrx.cli", "watch", *args],
         capture_output=True,
         text=True,
-        env=env,
+        env={**base, **(env or {})},
+        cwd=cwd,
         timeout=60,
         check=False,
+    )
+
+
+def watch(work: Path, state: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+    proc = nvrx_watch(
+        "--platform", "none", "--work-dir", str(work), "--state-dir", str(state), "--json", *args
     )
     lines = proc.stdout.strip().splitlines()
     assert lines, proc.stderr
@@ -204,24 +201,7 @@ def test_dry_run_writes_nothing_and_alerts_nobody(tmp_path: Path, hook: str) -> 
     ],
 )
 def test_bad_input_is_one_line(tmp_path: Path, args: list[str], message: str) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ENV_NAMES and not k.startswith("NVRX_")}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "nvrx.cli",
-            "watch",
-            "--platform",
-            "none",
-            "--work-dir",
-            str(tmp_path),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
+    proc = nvrx_watch("--platform", "none", "--work-dir", str(tmp_path), *args)
     assert proc.returncode == 2
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
@@ -321,24 +301,8 @@ def test_a_cycle_from_a_clock_far_ahead_is_skipped_not_current(tmp_path: Path) -
 def test_paths_with_markup_print_as_they_are(tmp_path: Path) -> None:
     work = tmp_path / "run[/x][red]"
     cycle_file(work, "980", 0, datetime.now(UTC) - timedelta(minutes=5), None)
-    env = {k: v for k, v in os.environ.items() if k not in ENV_NAMES and not k.startswith("NVRX_")}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "nvrx.cli",
-            "watch",
-            "--platform",
-            "none",
-            "--work-dir",
-            str(work),
-            "--state-dir",
-            str(tmp_path / "state"),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
+    proc = nvrx_watch(
+        "--platform", "none", "--work-dir", str(work), "--state-dir", str(tmp_path / "state")
     )
     assert proc.returncode == 0, proc.stderr
     assert "run[/x][red]" in proc.stdout
@@ -387,26 +351,8 @@ def test_a_job_id_slurm_cannot_resolve_is_blind_exit_1(tmp_path: Path) -> None:
             "exit 1\n"
         )
         tool.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k not in ENV_NAMES and not k.startswith("NVRX_")}
-    env |= {"NVRX_SLURM_BIN_DIR": str(bin_dir), "NVRX_SLURM_RETRY_DEADLINE": "0"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "nvrx.cli",
-            "watch",
-            "4242",
-            "--json",
-            "--state-dir",
-            str(tmp_path / "st"),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=60,
-        check=False,
-    )
+    env = {"NVRX_SLURM_BIN_DIR": str(bin_dir), "NVRX_SLURM_RETRY_DEADLINE": "0"}
+    proc = nvrx_watch("4242", "--json", "--state-dir", str(tmp_path / "st"), env=env, cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
     assert doc["degraded"] is True and "cannot resolve job 4242" in doc["error"]
