@@ -357,3 +357,14 @@ def test_a_job_id_slurm_cannot_resolve_is_blind_exit_1(tmp_path: Path) -> None:
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
     assert doc["degraded"] is True and "cannot resolve job 4242" in doc["error"]
     assert "Traceback" not in proc.stderr
+
+
+def test_the_no_restart_code_of_a_chain_without_manifest_is_the_sites_setting(
+    tmp_path: Path,
+) -> None:
+    healthy_run(tmp_path / "w")
+    proc = nvrx_watch(
+        "--platform", "none", "--work-dir", str(tmp_path / "w"), "--state-dir",
+        str(tmp_path / "state"), "--json", env={"NVRX_NO_RESTART_EXIT_CODE": "42"},
+    )  # fmt: skip
+    assert json.loads(proc.stdout.splitlines()[-1])["chain"]["no_restart_exit_code"] == 42

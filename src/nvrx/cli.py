@@ -377,6 +377,8 @@ def watch_cmd(
         checkpoint_file=checkpoint_iteration_file,
         platform=settings.platform,
         max_restarts=max_restarts,
+        # For a chain without a manifest (whose own code wins): the site's launcher setting.
+        no_restart_exit_code=loaded.config.chain.no_restart_exit_code,
     )
 
     def blind(message: str) -> int:

@@ -57,6 +57,7 @@ def pass_json(result: PassResult) -> dict[str, Any]:
             "resolved_from": chain.resolved_from,
             "expect_running": chain.expect_running,
             "max_restarts": chain.max_restarts,
+            "no_restart_exit_code": chain.no_restart_exit_code,
         },
         "snapshot": {
             "platform": None
