@@ -163,3 +163,19 @@ def test_one_pass_asks_slurm_once_per_question_and_keeps_to_its_chain(tmp_path: 
     assert [(e.job_id, str(e.exit)) for e in platform.endings] == [("100", "0:9")]
     assert replay.commands() == ["squeue", "sacct", "sacct"]
     assert "--user=alice" in replay.argvs[0] and "--jobs=100" in replay.argvs[2]
+
+
+def test_what_a_job_id_resolved_to_is_remembered_and_recalled_whole(tmp_path: Path) -> None:
+    from nvrx.watch.model import ChainRef
+    from nvrx.watch.resolve import Target, _recall, _remember
+
+    settings = WatchSettings(state_dir=tmp_path / "state")
+    submitted = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
+    chain = ChainRef(
+        "train", "alice", None, manifest_job_ids=("41", "42"),
+        manifest_submitted=(("41", submitted), ("42", submitted + timedelta(hours=1))),
+        resolved_from="batch script",
+    )  # fmt: skip
+    target = Target(chain, ("/w/nvrx/*/cycle_infos/cycle_info.*",), "/w/ckpt.txt", "")
+    _remember(settings, "41", target)
+    assert _recall(settings, "41") == target

@@ -17,6 +17,7 @@ import os
 import re
 import shlex
 from dataclasses import asdict, dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -350,8 +351,10 @@ def _memo_path(settings: WatchSettings, job_id: str) -> Path:
 def _remember(settings: WatchSettings, job_id: str, target: Target) -> None:
     """Best effort: a later pass (after the controller purged the job) starts from here."""
     path = _memo_path(settings, job_id)
+    chain = asdict(target.chain)
+    chain["manifest_submitted"] = [[j, t.isoformat()] for j, t in target.chain.manifest_submitted]
     data = {
-        "chain": asdict(target.chain),
+        "chain": chain,
         "cycle_globs": list(target.cycle_globs),
         "checkpoint_file": target.checkpoint_file,
     }
@@ -364,6 +367,9 @@ def _recall(settings: WatchSettings, job_id: str) -> Target | None:
         data: Any = json.loads(_memo_path(settings, job_id).read_text())
         chain = data["chain"]
         chain["manifest_job_ids"] = tuple(chain.get("manifest_job_ids") or ())
+        chain["manifest_submitted"] = tuple(
+            (str(j), datetime.fromisoformat(t)) for j, t in chain.get("manifest_submitted") or ()
+        )
         ref = ChainRef(**chain)
         target = Target(ref, tuple(data["cycle_globs"]), data["checkpoint_file"], "")
     except (OSError, ValueError, KeyError, TypeError):
