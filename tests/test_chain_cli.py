@@ -201,6 +201,13 @@ def test_a_manifest_with_a_value_nvrx_never_writes_is_refused(
     path.write_text(json.dumps(doc))
     with pytest.raises(ChainError, match="is invalid at generations.0.job_id"):
         read_manifest(path)
+    # A time without a zone cannot be compared with Slurm's end times (watch would crash).
+    doc["generations"] = [
+        {"index": 0, "job_id": "7", "comment": "c", "submitted_at": "2026-01-01T00:00:00"}
+    ]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ChainError, match="is invalid at generations.0.submitted_at"):
+        read_manifest(path)
 
 
 def test_reconcile_adopts_a_generation_the_manifest_lost(shared_dir: Path) -> None:
@@ -224,6 +231,11 @@ def test_reconcile_adopts_a_generation_the_manifest_lost(shared_dir: Path) -> No
     notes: list[str] = []
     reconcile(m, slurm_for(replay), notes)
     assert [(g.index, g.job_id) for g in m.generations] == [(0, "100"), (1, "101")]
+    assert [g.adopted for g in m.generations] == [False, True]
+    # Its time is when it was adopted, not when Slurm got it: watch gives it no --extend pass.
+    from nvrx.watch.resolve import from_manifest
+
+    assert dict(from_manifest(m).chain.manifest_submitted).keys() == {"100"}
     assert notes == ["adopted generation 1 (job 101) found in the queue"]
     assert "--user=u" in replay.argvs[0] and "all" in replay.argvs[0]
 

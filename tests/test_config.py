@@ -333,6 +333,9 @@ def test_yaml_numbers_stay_text_where_a_setting_is_text(tmp_path: Path) -> None:
         # Accepted here, these would crash every Slurm call (subprocess, datetime) later.
         ({"NVRX_SLURM_COMMAND_TIMEOUT": "inf"}, r"slurm.command_timeout: 'inf'"),
         ({"NVRX_SLURM_RETRY_DEADLINE": "nan"}, r"slurm.retry_deadline: 'nan'"),
+        # Fields with no upper bound: only the section's no-inf/nan rule refuses these.
+        ({"NVRX_SCORE_TEMPERATURE": "inf"}, r"score.temperature: 'inf'"),
+        ({"NVRX_WATCH_HEALTHY_CYCLE_SECONDS": "nan"}, r"watch.healthy_cycle_seconds: 'nan'"),
         ({"NVRX_SLURM_ACCOUNTING_WINDOW": "1e12"}, r"slurm.accounting_window: '1e12'"),
         ({"NVRX_SLURM_BIN_DIR": "slurm/bin"}, r"slurm.bin_dir: .*must be an absolute path"),
         ({"NVRX_INJECT_GPU_FAILURE": "1:0,two"}, r"chain.inject_gpu_failure: '1:0,two'"),

@@ -130,3 +130,10 @@ def test_an_experiment_whose_job_left_no_log_is_unscored_not_invalid(session: Pa
     assert verdict["status"] == "unscored" and "no job log" in verdict["reason"]
     report = json.loads((session / "report.json").read_text())
     assert report["summary"]["scored"] == 3
+
+
+def test_an_upstream_fr_analyzer_reads_a_missing_dump_dir_as_no_dumps(tmp_path: Path) -> None:
+    from nvrx.inject import analysis
+
+    text, doc = analysis.upstream_fr_analyzer(timeout=60)(tmp_path / "checkpoints", "_dump_*")
+    assert (text, doc["ranks"]) == (analysis.NO_DUMPS, [])

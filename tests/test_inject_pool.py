@@ -217,3 +217,18 @@ def test_an_open_intent_is_called_never_submitted_only_once_it_had_time_to_show(
     state.records[0].intent_at = utcnow() - timedelta(minutes=5)
     campaign._reconcile(state)  # long enough: it never became a job
     assert [r.status for r in session.state().records] == ["planned"]
+
+
+def test_a_campaign_whose_journal_has_no_spec_ends_with_an_error_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    from nvrx.inject.run import Campaign
+    from nvrx.inject.session import Session
+    from tests.test_slurm_replay import Replay, slurm_for
+
+    session = Session.create(tmp_path)
+    session.journal.append("session", spec="damaged")
+    campaign = Campaign(session, slurm_for(Replay({})), _Notes(), batch_size=2)
+    outcome = campaign.run()
+    assert outcome.error is not None and "no campaign spec" in outcome.error
+    assert session.state().gpus_per_node(default=4) == 4

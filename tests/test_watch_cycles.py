@@ -957,9 +957,17 @@ def _age(path: Path, seconds: int = 3600) -> None:
     os.utime(path, ns=(old, old))
 
 
-def aged_files(directory: Path, n: int) -> list[Path]:
-    """`n` cycle files in `directory`, files and directory old enough for the listing cache."""
-    files = make_files(directory, n)
+def aged_files(directory: Path, n: int, *, closed: bool = False) -> list[Path]:
+    """`n` cycle files in `directory`, files and directory old enough for the listing cache;
+    `closed` cycles are trusted from the cache without even a stat."""
+    if closed:
+        files = [
+            write(directory, cycle=i, start=f"2025-02-05T10:{i:02d}:00.000000Z",
+                  end=f"2025-02-05T10:{i:02d}:30.000000Z", generation="1")
+            for i in range(n)
+        ]  # fmt: skip
+    else:
+        files = make_files(directory, n)
     for path in files:
         _age(path)
     _age(directory)
@@ -1044,7 +1052,7 @@ def test_an_unchanged_directory_is_listed_again_after_the_listing_ttl(
 def test_a_corrupt_directory_listing_in_the_cache_is_a_miss(
     tmp_path: Path, spoil: Callable[[list[Any], dict[str, Any]], Any]
 ) -> None:
-    aged_files(tmp_path / "d", 2)
+    aged_files(tmp_path / "d", 2, closed=True)
     cache_path = tmp_path / "cache.json"
     first, _, _ = read_cycles([str(tmp_path / "d")], CycleCache(cache_path))
     data = json.loads(cache_path.read_text())

@@ -341,7 +341,7 @@ def watch_cmd(
 
     from nvrx.slurm import Slurm
     from nvrx.watch.detectors import DETECTORS
-    from nvrx.watch.output import pass_json, print_pass
+    from nvrx.watch.output import JSON_SCHEMA, pass_json, print_pass
     from nvrx.watch.resolve import Overrides, WatchBlind, WatchError, resolve
     from nvrx.watch.run import Watcher
 
@@ -385,7 +385,7 @@ def watch_cmd(
         """A pass that saw nothing: one line (and a JSON object with --json), exit 1."""
         stderr.print(f"nvrx: watch: {message}", markup=False)
         if as_json:
-            doc = {"exit_code": 1, "degraded": True, "error": message}
+            doc = {"schema": JSON_SCHEMA, "exit_code": 1, "degraded": True, "error": message}
             sys.stdout.write(json.dumps(doc) + "\n")
             sys.stdout.flush()
         return 1
@@ -414,7 +414,7 @@ def watch_cmd(
             if watcher is not None:
                 try:
                     result = watcher.run_pass()
-                except (OSError, WatchError) as exc:
+                except OSError as exc:
                     # A pass that breaks (state dir unusable, ...) is a blind pass, and a cron
                     # or --interval loop must keep going.
                     code = blind(f"pass failed: {exc}")
@@ -607,7 +607,7 @@ def inject_loop_cmd(
                 home = Path(cfg.base_experiments_dir)
                 size = cfg.batch_size
             _note_duplicates(plan.pool.duplicates)
-            if list_pool:
+            if list_pool:  # with --rerun-failing: the pool the re-run would run
                 stdout.print(pool_table(list(plan.pool.experiments), plan.spec.gpus_per_node))
                 return
             lines = planned_commands(plan, slurm, home)

@@ -12,12 +12,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from nvrx.chain.shape import ChainError
+from nvrx.config import SlurmName
 from nvrx.files import write_atomic
-from nvrx.slurm.errors import SlurmValueError
-from nvrx.slurm.options import check_name
 
 MANIFEST_NAME = "chain.json"
 SCHEMA_VERSION = 1
@@ -37,7 +36,10 @@ class GenerationRecord(BaseModel):
     # end up in scancel argv and in state paths.
     job_id: str = Field(pattern=r"^[0-9]+$")
     comment: str
-    submitted_at: datetime
+    submitted_at: AwareDatetime  # compared with Slurm's (aware) end times
+    # Found in the queue by its comment, not recorded at its submit: submitted_at is when it
+    # was adopted, not when Slurm got it.
+    adopted: bool = False
 
 
 class Submitter(BaseModel):
@@ -57,7 +59,7 @@ class ChainManifest(BaseModel):
 
     schema_version: int = SCHEMA_VERSION
     chain_id: str = Field(pattern=r"^[0-9a-f]{10}$")  # secrets.token_hex(5)
-    job_name: str
+    job_name: SlurmName
     work_dir: str
     script: str
     script_sha256: str
@@ -70,14 +72,6 @@ class ChainManifest(BaseModel):
     updated_at: datetime = Field(default_factory=utcnow)
     generations: list[GenerationRecord] = Field(default_factory=list)
     cancelled_at: datetime | None = None
-
-    @field_validator("job_name")
-    @classmethod
-    def _slurm_name(cls, value: str) -> str:
-        try:
-            return check_name(value, "job name")
-        except SlurmValueError as exc:
-            raise ValueError(str(exc)) from None
 
     @property
     def job_ids(self) -> list[str]:

@@ -479,6 +479,7 @@ def reconcile(manifest: ChainManifest, slurm: Slurm, notes: list[str]) -> None:
                 job_id=row.array_job_id,
                 comment=row.comment,
                 submitted_at=utcnow(),
+                adopted=True,
             )
         )
         notes.append(f"adopted generation {m.group(2)} (job {row.array_job_id}) found in the queue")

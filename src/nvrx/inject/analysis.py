@@ -119,6 +119,8 @@ def logsage_analyzer(script: Path, model: str, base_url: str, timeout: float) ->
 
 def upstream_fr_analyzer(timeout: float) -> FrAnalyzer:
     def analyze(checkpoints: Path, pattern: str) -> tuple[str, dict[str, Any]]:
+        if not checkpoints.is_dir():  # no dump directory: nothing to analyse (not a failure)
+            return NO_DUMPS, {"ranks": [], "source": "nvrx-fr"}
         argv = [
             sys.executable, "-m", UPSTREAM_FR_MODULE, "--fr-path", str(checkpoints),
             "--emit-stdout", "-p", pattern,

@@ -169,8 +169,8 @@ class Campaign:
 
     def run(self) -> Outcome:
         state = self.session.state()
-        spec = CampaignSpec.from_json(state.info.get("spec"))
         try:
+            spec = CampaignSpec.from_json(state.info.get("spec"))
             self._reconcile(state)
             if self.analyst is not None:  # ended before a crash or an interrupt, not analysed
                 for record in state.by_status("ended"):

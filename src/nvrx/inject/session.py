@@ -131,7 +131,9 @@ class SessionState:
 
     def gpus_per_node(self, default: int = 1) -> int:
         """GPUs per node of the campaign the journal records (`default` when it has none)."""
-        return int((self.info.get("spec") or {}).get("gpus_per_node") or default)
+        spec = self.info.get("spec")
+        value = spec.get("gpus_per_node") if isinstance(spec, dict) else None
+        return value if type(value) is int and value > 0 else default
 
 
 def replay(events: list[dict[str, Any]], session_dir: Path) -> SessionState:

@@ -3,7 +3,8 @@ attribution text and the FR table, with no model and no network (reference: scor
 
 Decision rules, written down because CI depends on them:
 - `restart_correct`: the attribution's decision (STOP before RESTART, by substring) equals the
-  restart table's; any other decision (none, ERRORS NOT FOUND, NO LOGS, LLM FAILURE) is `false`.
+  restart table's; any other decision (none, ERRORS NOT FOUND) is `false`. NO LOGS and LLM
+  FAILURE are the analyser's own failure: the case is unscored before any judge sees it.
 - `rank_primary`: `true` when the primary issues name the injected rank and no other rank;
   `partial` when they name it among other ranks; `false` otherwise (named only as secondary, or
   not at all).

@@ -223,3 +223,4 @@ class StatePoller:
             statuses[i] = status
             if final:
                 self._final[i] = status
+                self._seen_tasks.pop(i, None)

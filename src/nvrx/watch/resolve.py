@@ -193,7 +193,10 @@ def from_manifest(m: ChainManifest) -> Target:
         work_dir=m.work_dir,
         chain_id=m.chain_id,
         manifest_job_ids=tuple(m.job_ids),
-        manifest_submitted=tuple((g.job_id, g.submitted_at) for g in m.generations),
+        # An adopted generation's time is not its submit time: it gets no exemption.
+        manifest_submitted=tuple(
+            (g.job_id, g.submitted_at) for g in m.generations if not g.adopted
+        ),
         expect_running=m.cancelled_at is None,
         max_restarts=max_restarts if isinstance(max_restarts, int) else None,
         no_restart_exit_code=code if isinstance(code, int) else 93,
