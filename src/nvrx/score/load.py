@@ -242,17 +242,18 @@ def flags_case(
     )
     raw_log = read_text(log_path, "log") if log_path is not None else ""
     attribution = blind(text_or_file(log_output, "log output"))
+    problem = None
+    if run_valid:  # an invalid run is N/A whatever the analyser said
+        problem = (
+            analyser_failure(attribution)
+            if attribution.strip()
+            else "no log attribution given (--log-output is empty)"
+        )
     return Case(
         id=f"{truth.fault.value}:{rank}:{iteration}:{nodes}",
         truth=truth,
         log_excerpt=judge_excerpt(raw_log),
         log_attribution=attribution,
         fr_output=blind(text_or_file(fr_output, "FR output")) or "no_dumps",
-        problem=(
-            None
-            if not run_valid
-            else "no log attribution given (--log-output is empty)"
-            if not attribution.strip()
-            else analyser_failure(attribution)
-        ),
+        problem=problem,
     )

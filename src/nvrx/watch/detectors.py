@@ -254,16 +254,12 @@ def chain_not_cancelled(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
             continue
         # Generations submitted after the verdict (the operator's --extend) are not a cancel
         # that failed to happen.
+        end = ending.end
+        extended = {j for j, at in submitted.items() if end is not None and at > end}
         others = [
             g
             for g in platform.generations
-            if g.job_id != ending.job_id
-            and g.live
-            and not (
-                ending.end is not None
-                and g.job_id in submitted
-                and submitted[g.job_id] > ending.end
-            )
+            if g.job_id != ending.job_id and g.live and g.job_id not in extended
         ]
         if not others:
             continue
