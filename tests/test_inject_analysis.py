@@ -118,6 +118,25 @@ def test_an_upstream_fr_analyzer_that_fails_is_an_error_not_no_dumps(
     assert str(err.value) == "nvrx-fr exited 1: RuntimeError: bad key <hidden>"
 
 
+def test_a_key_across_the_cut_of_an_analyser_error_leaves_no_part_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nvrx.inject import analysis
+
+    # The key straddles the 200th character of the error line the reason keeps.
+    (tmp_path / "fake_fr.py").write_text(
+        "import os, sys\n"
+        "sys.stderr.write('x' * 190 + os.environ['JUDGE_API_KEY'] + ' rejected')\n"
+        "sys.exit(1)\n"
+    )
+    monkeypatch.setattr(analysis, "UPSTREAM_FR_MODULE", "fake_fr")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("JUDGE_API_KEY", "sk-0123456789abcdef")
+    with pytest.raises(analysis.AnalysisError) as err:
+        analysis.upstream_fr_analyzer(timeout=60)(tmp_path, "_dump_*")
+    assert "sk-0123" not in str(err.value) and "<hidden>" in str(err.value)
+
+
 def test_an_experiment_whose_job_left_no_log_is_unscored_not_invalid(session: Path) -> None:
     experiments = sorted(p for p in session.iterdir() if p.is_dir())
     lost = experiments[0]

@@ -21,7 +21,7 @@ import json
 import os
 import re
 import shlex
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, NoReturn
@@ -435,6 +435,16 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
             arg = f"{flag}{eq}{key}={HIDDEN}"
         out.append(arg)
     return out
+
+
+def redact_text(text: str, secrets: Iterable[str]) -> str:
+    """`text` with every secret in it replaced by HIDDEN: servers, models and analysers may
+    echo what they were given. Values under 4 characters are left: masking them would blank
+    ordinary words, and they protect nothing."""
+    for secret in secrets:
+        if len(secret) >= 4:
+            text = text.replace(secret, HIDDEN)
+    return text
 
 
 def canonical_env_name(key: str) -> str:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nvrx.config import HIDDEN, NvrxConfig
+from nvrx.config import NvrxConfig, redact_text
 from nvrx.files import write_atomic
 from nvrx.inject.pool import PoolError
 from nvrx.inject.session import Record, Session
@@ -91,12 +91,12 @@ def _run(argv: list[str], cwd: Path, timeout: float, what: str) -> str:
     except OSError as exc:
         raise AnalysisError(f"{what} could not start: {exc.strerror}") from None
     if proc.returncode != 0:
-        tail = " ".join(proc.stderr.strip().splitlines()[-1:])[:200]
         # The tail goes into the verdict's reason and the reports: an analyser that echoes the
-        # key it read from the environment must not publish it there.
-        for name, value in os.environ.items():
-            if name.endswith("API_KEY") and len(value) >= 4:
-                tail = tail.replace(value, HIDDEN)
+        # key it read from the environment must not publish it there. Masked before it is cut,
+        # so a key across the cut cannot leave its first part behind.
+        keys = [value for name, value in os.environ.items() if name.endswith("API_KEY")]
+        last = " ".join(proc.stderr.strip().splitlines()[-1:])
+        tail = redact_text(last, keys)[:200]
         raise AnalysisError(f"{what} exited {proc.returncode}: {tail}")
     return proc.stdout
 

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from pydantic import SecretStr
 
-from nvrx.config import HIDDEN
+from nvrx.config import redact_text
 from nvrx.retry import RetryPolicy
 from nvrx.score.cache import VerdictCache, cache_key
 from nvrx.score.evidence import normalise_fr_label
@@ -61,10 +61,7 @@ class Endpoint:
         secrets = [self.api_key.get_secret_value()] if self.api_key is not None else []
         parts = urlsplit(self.base_url)
         secrets += [p for p in (parts.password, parts.username) if p]
-        for secret in secrets:
-            if len(secret) >= 4:
-                text = text.replace(secret, HIDDEN)
-        return text
+        return redact_text(text, secrets)
 
 
 class JudgeFailure(Exception):
