@@ -126,7 +126,6 @@ def test_list_pool_shows_the_default_pool_before_any_sbatch_script_exists(tmp_pa
     # The README's first look at a campaign: llama4_scout's script is the user's to provide.
     proc = run("inject-loop", "--list-pool", "--pool", "default", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    rows = [line.split() for line in proc.stdout.splitlines() if line.split()[:1] != ["#"]]
-    rows = [r for r in rows if r]
+    rows = [r for r in map(str.split, proc.stdout.splitlines()) if r and r[0] != "#"]
     assert len(rows) == 34
     assert rows[0][1:5] == ["GPU_SLEEP", "1", "5", "2"]

@@ -98,43 +98,43 @@ def test_a_reanalysis_keeps_one_row_per_experiment(session: Path) -> None:
     assert sum(line.startswith("| ") and "| FAILED |" in line for line in md.splitlines()) == 4
 
 
-def test_an_upstream_fr_analyzer_that_fails_is_an_error_not_no_dumps(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def failing_upstream_fr(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stderr: str) -> str:
+    """The error of the upstream FR adapter run on a stand-in for upstream's module that
+    writes the Python expression `stderr` to its stderr and exits 1."""
     from nvrx.inject import analysis
 
-    # A stand-in for upstream's module that crashes, echoing the key it found in the environment.
     (tmp_path / "fake_fr.py").write_text(
-        "import os, sys\n"
-        "sys.stderr.write('Traceback ...\\nRuntimeError: bad key ' + os.environ['LLM_API_KEY'])\n"
-        "sys.exit(1)\n"
+        f"import os, sys\nsys.stderr.write({stderr})\nsys.exit(1)\n"
     )
     monkeypatch.setattr(analysis, "UPSTREAM_FR_MODULE", "fake_fr")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    monkeypatch.setenv("LLM_API_KEY", "sk-upstream-secret")
-    analyze = analysis.upstream_fr_analyzer(timeout=60)
     with pytest.raises(analysis.AnalysisError) as err:
-        analyze(tmp_path, "_dump_*")
-    assert str(err.value) == "nvrx-fr exited 1: RuntimeError: bad key <hidden>"
+        analysis.upstream_fr_analyzer(timeout=60)(tmp_path, "_dump_*")
+    return str(err.value)
+
+
+def test_an_upstream_fr_analyzer_that_fails_is_an_error_not_no_dumps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It crashes, echoing the key it found in the environment.
+    monkeypatch.setenv("LLM_API_KEY", "sk-upstream-secret")
+    error = failing_upstream_fr(
+        tmp_path,
+        monkeypatch,
+        "'Traceback ...\\nRuntimeError: bad key ' + os.environ['LLM_API_KEY']",
+    )
+    assert error == "nvrx-fr exited 1: RuntimeError: bad key <hidden>"
 
 
 def test_a_key_across_the_cut_of_an_analyser_error_leaves_no_part_behind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nvrx.inject import analysis
-
     # The key straddles the 200th character of the error line the reason keeps.
-    (tmp_path / "fake_fr.py").write_text(
-        "import os, sys\n"
-        "sys.stderr.write('x' * 190 + os.environ['JUDGE_API_KEY'] + ' rejected')\n"
-        "sys.exit(1)\n"
-    )
-    monkeypatch.setattr(analysis, "UPSTREAM_FR_MODULE", "fake_fr")
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     monkeypatch.setenv("JUDGE_API_KEY", "sk-0123456789abcdef")
-    with pytest.raises(analysis.AnalysisError) as err:
-        analysis.upstream_fr_analyzer(timeout=60)(tmp_path, "_dump_*")
-    assert "sk-0123" not in str(err.value) and "<hidden>" in str(err.value)
+    error = failing_upstream_fr(
+        tmp_path, monkeypatch, "'x' * 190 + os.environ['JUDGE_API_KEY'] + ' rejected'"
+    )
+    assert "sk-0123" not in error and "<hidden>" in error
 
 
 def test_an_experiment_whose_job_left_no_log_is_unscored_not_invalid(session: Path) -> None:
