@@ -80,10 +80,13 @@ def nvrx_watch(
     )
 
 
-def watch(work: Path, state: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+def watch(
+    work: Path, state: Path, *args: str, env: dict[str, str] | None = None
+) -> tuple[int, dict[str, Any], str]:
     proc = nvrx_watch(
-        "--platform", "none", "--work-dir", str(work), "--state-dir", str(state), "--json", *args
-    )
+        "--platform", "none", "--work-dir", str(work), "--state-dir", str(state), "--json", *args,
+        env=env,
+    )  # fmt: skip
     lines = proc.stdout.strip().splitlines()
     assert lines, proc.stderr
     doc: dict[str, Any] = json.loads(lines[-1])
@@ -363,8 +366,5 @@ def test_the_no_restart_code_of_a_chain_without_manifest_is_the_sites_setting(
     tmp_path: Path,
 ) -> None:
     healthy_run(tmp_path / "w")
-    proc = nvrx_watch(
-        "--platform", "none", "--work-dir", str(tmp_path / "w"), "--state-dir",
-        str(tmp_path / "state"), "--json", env={"NVRX_NO_RESTART_EXIT_CODE": "42"},
-    )  # fmt: skip
-    assert json.loads(proc.stdout.splitlines()[-1])["chain"]["no_restart_exit_code"] == 42
+    _, doc, _ = watch(tmp_path / "w", tmp_path / "state", env={"NVRX_NO_RESTART_EXIT_CODE": "42"})
+    assert doc["chain"]["no_restart_exit_code"] == 42
