@@ -254,7 +254,8 @@ def test_a_damaged_journal_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1
     assert (
-        "event 6 ('planned') is damaged: ValueError: 'BOGUS' is not a valid FaultType"
+        "journal.jsonl line 6: event 'planned' is damaged: ValueError: 'BOGUS' is not a valid "
+        "FaultType"
         in proc.stderr
     )
 

@@ -24,6 +24,7 @@ from nvrx.config import (
     load_config,
     parse_assignments,
 )
+from nvrx.files import InputError, set_input_limit
 
 app = typer.Typer(
     name="nvrx",
@@ -61,6 +62,12 @@ EnvFileOpt = Annotated[
         dir_okay=False,
     ),
 ]
+ForceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--force", help="Skip damaged journal lines (and say how many) instead of stopping."
+    ),
+]
 SetOpt = Annotated[
     list[str] | None,
     typer.Option("--set", metavar="SECTION.KEY=VALUE", help="Override one setting (repeatable)."),
@@ -80,9 +87,13 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 def load(config: Path | None, env_file: Path | None, sets: list[str] | None) -> LoadedConfig:
     try:
-        return load_config(config_file=config, env_file=env_file, cli=parse_assignments(sets or []))
+        loaded = load_config(
+            config_file=config, env_file=env_file, cli=parse_assignments(sets or [])
+        )
     except ConfigError as exc:
         fail(str(exc))
+    set_input_limit(loaded.config.limits.max_input_bytes)
+    return loaded
 
 
 def _version(value: bool) -> None:
@@ -483,6 +494,7 @@ def inject_loop_cmd(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print every experiment's sbatch; write nothing.")
     ] = False,
+    force: ForceOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     config: ConfigOpt = None,
     env_file: EnvFileOpt = None,
@@ -527,6 +539,8 @@ def inject_loop_cmd(
         or pool or workload or sbatch_script or batch_size or base_dir or time_limit
     ):  # fmt: skip
         fail("--reanalyze works on a session alone: no other session, pool, job or sbatch option")
+    if force and reanalyze is None:
+        fail("--force applies to --reanalyze only (a campaign never runs on a damaged journal)")
     if rerun_failing is not None and (resume or pool or workload or sbatch_script):
         fail(
             "--rerun-failing re-runs that session's campaign: no --resume, --pool, --workload "
@@ -576,12 +590,11 @@ def inject_loop_cmd(
 
     try:
         if reanalyze is not None:
-            session = Session.open(reanalyze)
-            state = session.state()
+            session, state = _open_session(reanalyze, force)
             tools = analysis(state.gpus_per_node())
             assert tools is not None  # --reanalyze refuses --no-analysis
             analyst = Analyst(session, *tools, cfg.analysis_workers)
-            raise typer.Exit(_reanalyze(session, state, analyst, as_json))
+            raise typer.Exit(_reanalyze(session, state, analyst, as_json, force))
         if resume is not None:
             if ctx.args or pool or workload or sbatch_script or list_pool or dry_run:
                 fail(
@@ -675,6 +688,7 @@ def analyze_fr_cmd(
     """
     from nvrx.inject import fr
 
+    load(None, None, None)  # the site's limits
     try:
         result = fr.analyze_path(path, pattern)
     except fr.FrError as exc:
@@ -700,6 +714,7 @@ def analyze_log_cmd(
     from nvrx.score.load import read_text
     from nvrx.score.model import ScoreError
 
+    load(None, None, None)  # the site's limits
     try:
         text = read_text(path, "log")
     except ScoreError as exc:
@@ -721,17 +736,17 @@ def report_cmd(
         typer.Argument(metavar="SESSION | diff OLD NEW", help="A session, or two to compare."),
     ],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    force: ForceOpt = False,
 ) -> None:
     """Print a campaign's report (rebuilt from its journal), or what changed between two."""
     from nvrx.inject import report
     from nvrx.inject.pool import PoolError
-    from nvrx.inject.session import Session
     from nvrx.score.report import percent, summarise
 
     def open_rows(path: str) -> list[report.Row]:
         try:
-            Session.open(Path(path))
-            return report.session_rows(Path(path).resolve())
+            _open_session(Path(path), force)
+            return report.session_rows(Path(path).resolve(), force=force)
         except PoolError as exc:
             fail(str(exc))
 
@@ -768,8 +783,8 @@ def report_cmd(
         fail("report takes one session (or: report diff OLD NEW)")
     session_dir = Path(args[0]).resolve()
     try:
-        Session.open(session_dir)  # a clear error for what is not a session
-        rows, stop = report.rows_and_stop(session_dir)
+        _open_session(session_dir, force)  # a clear error for what is not a session
+        rows, stop = report.rows_and_stop(session_dir, force=force)
     except PoolError as exc:
         fail(str(exc))
     if as_json:
@@ -794,7 +809,18 @@ def report_cmd(
     stdout.print(Text(f"stop condition: {'met' if met else 'not met'} ({why})", style="bold"))
 
 
-def _reanalyze(session: Any, state: Any, analyst: Any, as_json: bool) -> int:
+def _open_session(directory: Path, force: bool) -> tuple[Any, Any]:
+    """A session and its state, saying on stderr what a forced read skipped."""
+    from nvrx.inject.session import Session
+
+    session = Session.open(directory)
+    state = session.state(force=force)
+    for note in state.notes(session.journal.path):
+        stderr.print(f"nvrx: warning: {note}", markup=False)
+    return session, state
+
+
+def _reanalyze(session: Any, state: Any, analyst: Any, as_json: bool, force: bool) -> int:
     """Analyse and score every ended experiment of `session` again; journal each result as it
     comes; rebuild the report. Exit 3 when any is unscored (as `nvrx score`), 130 on Ctrl-C
     (what finished is kept, the rest is not started)."""
@@ -824,7 +850,7 @@ def _reanalyze(session: Any, state: Any, analyst: Any, as_json: bool) -> int:
         code = 130
     else:
         analyst.close()
-    rows, stop = _finish_report(session.dir, as_json)
+    rows, stop = _finish_report(session.dir, as_json, force)
     if as_json:
         from nvrx.inject import report
 
@@ -835,13 +861,18 @@ def _reanalyze(session: Any, state: Any, analyst: Any, as_json: bool) -> int:
     return code
 
 
-def _finish_report(session_dir: Path, quiet: bool) -> tuple[list[Any], tuple[bool, str]]:
+def _finish_report(
+    session_dir: Path, quiet: bool, force: bool = False
+) -> tuple[list[Any], tuple[bool, str]]:
     """Rebuild the session's report from its journal, say where it is; its rows and stop
     condition."""
+    from nvrx.inject.pool import PoolError
     from nvrx.inject.report import write_reports
 
     try:
-        paths, rows, (met, why) = write_reports(session_dir)
+        paths, rows, (met, why) = write_reports(session_dir, force=force)
+    except PoolError as exc:
+        fail(str(exc))
     except OSError as exc:
         fail(f"cannot write the report in {session_dir}: {exc.strerror}", 1)
     out = stderr if quiet else stdout
@@ -925,9 +956,10 @@ def score_cmd(
 
     Offline with the deterministic rules judge, or with an LLM over an OpenAI-compatible API.
     """
+    from nvrx.files import refuse_overwriting
     from nvrx.inject.pool import PoolError
     from nvrx.score import report
-    from nvrx.score.load import Shape, cases_from_path, flags_case, parse_bool
+    from nvrx.score.load import Shape, cases_from_path, flags_case, input_paths, parse_bool
     from nvrx.score.model import ScoreError
     from nvrx.score.output import render
     from nvrx.score.run import JudgeSpec, build_judges, default_judges, judge_label, score
@@ -994,6 +1026,13 @@ def score_cmd(
         for note in j.notes if j is not None else []:
             stderr.print(f"note: {note}", markup=False)
     summary = report.summarise(verdicts, thresholds)
+    given_files = [p for p in (log_path,) if p is not None] + [
+        Path(v[1:]) for v in (log_output, fr_output) if v.startswith("@")
+    ]
+    inputs = input_paths(list(targets or []), cases, given_files)
+    for output, flag in ((junit_path, "--junit"), (markdown_path, "--markdown")):
+        if output is not None:
+            refuse_overwriting(output, inputs, flag)
     try:
         if junit_path is not None:
             junit_path.write_text(report.junit(cases, verdicts, label), encoding="utf-8")
@@ -1021,6 +1060,9 @@ def main() -> None:
         if message:  # empty for `nvrx` alone, which has printed the help already
             stderr.print(f"nvrx: error: {where}{message} (see --help)", markup=False)
         sys.exit(exc.exit_code)
+    except InputError as exc:  # an input over its cap or unreadable, wherever it was read
+        stderr.print(f"nvrx: error: {exc}", markup=False)
+        sys.exit(2)
     except (KeyboardInterrupt, typer.Abort):
         stderr.print("nvrx: interrupted", markup=False)
         sys.exit(130)

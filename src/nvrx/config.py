@@ -41,6 +41,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from nvrx.files import CONFIG_FILE_LIMIT, DEFAULT_INPUT_LIMIT, InputError, read_bounded
 from nvrx.slurm.errors import SlurmValueError
 from nvrx.slurm.options import check_name, check_time_limit
 
@@ -208,14 +209,24 @@ class SlurmSettings(_Section):
         return value
 
 
+MAX_ARRAY_TASKS = 100_000
+MAX_CHAIN_DEPTH = 1_000
+
+
 class ChainSettings(_Section):
     """`nvrx submit-chain`: shape, launcher and workload of a singleton job-array chain."""
 
-    train_tasks: int = Field(1, ge=1, description="array tasks that train")
-    hot_spares: int = Field(1, ge=0, description="running spares in rendezvous standby")
-    cold_spares: int = Field(3, ge=0, description="pending spares beyond the array throttle")
-    nodes_per_task: int = Field(1, ge=1, description="nodes per array task")
-    depth: int = Field(4, ge=1, description="generations enqueued (K)")
+    # Upper limits: Slurm's own (MaxArraySize is at most 4,000,001; MaxJobCount defaults to
+    # 10,000); past them a number is a typo, and nvrx would build that many commands first.
+    train_tasks: int = Field(1, ge=1, le=MAX_ARRAY_TASKS, description="array tasks that train")
+    hot_spares: int = Field(
+        1, ge=0, le=MAX_ARRAY_TASKS, description="running spares in rendezvous standby"
+    )
+    cold_spares: int = Field(
+        3, ge=0, le=MAX_ARRAY_TASKS, description="pending spares beyond the array throttle"
+    )
+    nodes_per_task: int = Field(1, ge=1, le=MAX_ARRAY_TASKS, description="nodes per array task")
+    depth: int = Field(4, ge=1, le=MAX_CHAIN_DEPTH, description="generations enqueued (K)")
     time_limit: SlurmTime = Field("00:25:00", description="time limit per generation")
     job_name: SlurmName = Field("nvrx_singleton", description="the singleton key of the chain")
     work_dir: ExpandedPath = Field(Path("nvrx-run"), description="shared run directory")
@@ -286,8 +297,8 @@ class WatchSettings(_Section):
     max_generations_per_window: int = Field(3, ge=1, description="generation_churn threshold")
     storm_cycles: int = Field(5, ge=1, description="restart_storm: cycles in the window")
     storm_window: PositiveSeconds = Field(1800.0, description="restart_storm window (s)")
-    healthy_cycle_seconds: float = Field(
-        600.0, ge=0, description="a cycle this long resets the storm count (0: never)"
+    healthy_cycle_seconds: Seconds = Field(
+        600.0, description="a cycle this long resets the storm count (0: never)"
     )
     stall_cycles: int = Field(3, ge=1, description="stalled_progress: completed cycles")
     stall_seconds: PositiveSeconds = Field(3600.0, description="cycle_stalled threshold (s)")
@@ -299,7 +310,9 @@ class WatchSettings(_Section):
     heartbeat_url: OptionalUrl = Field(None, description="GET after every non-degraded pass")
     http_timeout: PositiveSeconds = Field(20.0, description="sink and heartbeat timeout (s)")
     prom_file: OptionalPath = Field(None, description="Prometheus textfile to write")
-    interval: OptionalInt = Field(None, ge=1, description="loop every N s (None: one pass)")
+    interval: OptionalInt = Field(
+        None, ge=1, le=int(MAX_SECONDS), description="loop every N s (None: one pass)"
+    )
     max_restarts: OptionalInt = Field(
         None, ge=0, description="launcher --max-restarts (None: the chain manifest's)"
     )
@@ -312,8 +325,17 @@ class InjectSettings(_Section):
     workloads_file: OptionalPath = Field(
         None, description="extra workloads registry (YAML, same shape as the shipped one)"
     )
-    pool: OptionalStr = Field(None, description="pool entries, file or name (None: workload's)")
-    batch_size: int = Field(2, ge=1, description="jobs of the session in Slurm at once")
+    # Not OptionalStr: an empty pool (`--pool ''`, `POOL=`) is a mistake, not "the default".
+    pool: str | None = Field(None, description="pool entries, file or name (None: workload's)")
+
+    @field_validator("pool")
+    @classmethod
+    def _pool_not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("the pool is empty (unset it for the workload's pool)")
+        return value
+
+    batch_size: int = Field(2, ge=1, le=10_000, description="jobs of the session in Slurm at once")
     time_limit: SlurmTime = Field("00:30:00", description="per-job wall clock")
     base_experiments_dir: ExpandedPath = Field(
         Path("~/nvrx-attr-experiments"), description="sessions live under <this>/fault_injection"
@@ -376,6 +398,17 @@ class ScoreSettings(_Section):
     cache_dir: ExpandedPath = Field(Path("~/.cache/nvrx/judge"), description="verdict cache")
 
 
+class LimitsSettings(_Section):
+    """Caps on what any subcommand reads (README, "Reliability")."""
+
+    max_input_bytes: int = Field(
+        DEFAULT_INPUT_LIMIT,
+        ge=1024,
+        le=1 << 40,
+        description="largest file or text input read (logs, journals, dumps, pools); bytes",
+    )
+
+
 class NvrxConfig(BaseSettings):
     """Every nvrx setting. Build it with `load_config`, which records where each value came from."""
 
@@ -386,6 +419,7 @@ class NvrxConfig(BaseSettings):
     watch: WatchSettings = Field(default_factory=WatchSettings)
     inject: InjectSettings = Field(default_factory=InjectSettings)
     score: ScoreSettings = Field(default_factory=ScoreSettings)
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)
 
     @classmethod
     def settings_customise_sources(
@@ -625,9 +659,10 @@ def find_config_file(
 
 def _read_text(path: Path, what: str) -> str:
     try:
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read {what} {path}: {exc.strerror}") from exc
+        data, _ = read_bounded(path, what, limit=CONFIG_FILE_LIMIT, setting=None)
+        return data.decode("utf-8")
+    except InputError as exc:
+        raise ConfigError(str(exc)) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{what} {path} is not UTF-8 text (byte {exc.start})") from exc
 
@@ -635,7 +670,19 @@ def _read_text(path: Path, what: str) -> str:
 class _YamlLoader(yaml.SafeLoader):
     """SafeLoader without YAML 1.1 number guessing: `time_limit: 1:30:00` stays the text
     1:30:00 (not the base-60 integer 5400) and `account: 012` stays 012. Numbers arrive as
-    text; pydantic reads them as numbers where a setting is numeric."""
+    text; pydantic reads them as numbers where a setting is numeric.
+
+    Without aliases, too: nested aliases make a few hundred bytes stand for billions of nodes
+    (every later step, down to the error message, would walk them all), and a settings file
+    has nothing to share."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(
+                None, None, "aliases (*name) are not supported in nvrx config files", mark
+            )
+        return super().compose_node(parent, index)
 
 
 _YamlLoader.yaml_implicit_resolvers = {
@@ -668,14 +715,24 @@ def _resolve_command(value: Any, base: Path) -> Any:
     return [one(w) for w in value] if isinstance(value, list) else value
 
 
-def read_yaml_file(path: Path) -> dict[str, Any]:
-    """Flatten a YAML config file to dotted keys; unknown keys are an error naming the file."""
+def parse_yaml(text: str, what: str) -> Any:
+    """nvrx's one YAML reader (config and workloads files): numbers stay text, no aliases.
+    ConfigError names `what` and the line."""
     try:
-        data = yaml.load(_read_text(path, "config file"), Loader=_YamlLoader)
+        return yaml.load(text, Loader=_YamlLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"config file {path}{where} is not valid YAML") from exc
+        problem = getattr(exc, "problem", None)
+        why = f": {problem}" if problem else ""
+        raise ConfigError(f"{what}{where} is not valid YAML{why}") from None
+    except RecursionError:
+        raise ConfigError(f"{what} is nested too deeply") from None
+
+
+def read_yaml_file(path: Path) -> dict[str, Any]:
+    """Flatten a YAML config file to dotted keys; unknown keys are an error naming the file."""
+    data = parse_yaml(_read_text(path, "config file"), f"config file {path}")
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -708,6 +765,9 @@ def read_yaml_file(path: Path) -> dict[str, Any]:
 # --- the user.env shell subset -----------------------------------------------------------------
 
 _ASSIGN_RE = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+# Limits of the shell subset (README, "Reliability"): no real site file comes near them.
+MAX_ENV_NESTING = 32
+MAX_ENV_VALUE = 64 << 10
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -734,6 +794,16 @@ class _Expander:
     def __init__(self, lookup: Callable[[str], str | None], where: str) -> None:
         self.lookup = lookup
         self.where = where
+        self.depth = 0  # ${VAR:-${VAR:-...}} nesting
+        self.expanded = 0  # characters that variables contributed to this value
+
+    def variable(self, out: list[str], value: str | None) -> None:
+        """Append a variable's value; a value that would outgrow MAX_ENV_VALUE is an error
+        (`A=$A$A` on line after line doubles it each time)."""
+        self.expanded += len(value or "")
+        if self.expanded > MAX_ENV_VALUE:
+            self.fail(f"the value expands to more than {MAX_ENV_VALUE} characters")
+        out.append(value or "")
 
     def fail(self, message: str) -> NoReturn:
         raise ConfigError(f"{self.where}: {message}")
@@ -800,20 +870,24 @@ class _Expander:
             value = self.lookup(m.group())
             op = body[m.end() :]
             if op == "":
-                out.append(value or "")
+                self.variable(out, value)
             elif op.startswith((":-", "-")):
                 default = op[2:] if op.startswith(":-") else op[1:]
                 unset = value is None if op.startswith("-") else not value
                 if unset:
+                    self.depth += 1
+                    if self.depth > MAX_ENV_NESTING:
+                        self.fail(f"expansions nested more than {MAX_ENV_NESTING} deep")
                     self.expand(default, 0, out, mode="default")
+                    self.depth -= 1
                 else:
-                    out.append(value or "")
+                    self.variable(out, value)
             else:
                 self.fail(f"unsupported expansion ${{{body}}} (only ${{VAR-x}} and ${{VAR:-x}})")
             return close + 1
         m = _NAME_RE.match(text, i + 1)
         if m is not None:
-            out.append(self.lookup(m.group()) or "")
+            self.variable(out, self.lookup(m.group()))
             return m.end()
         if nxt and (nxt.isdigit() or nxt in "'?$!#@*-"):
             self.fail(f"unsupported expansion ${nxt}")
@@ -974,14 +1048,20 @@ def _describe_validation_error(exc: ValidationError, layered: Layered) -> str:
         shown, source = HIDDEN, str(layered[key][1]) if key in layered else "default"
     elif key in layered:
         value, origin = layered[key]
-        shown = value if not isinstance(value, str) else repr(value)
+        shown = _short(value if isinstance(value, str) else json.dumps(value, default=str))
         source = str(origin)
     else:
         shown, source = "(default)", "default"
     msg = err["msg"]
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
-    return f"bad value for {key}: {shown} (from {source}): {msg}"
+    return f"bad value for {key}: {shown} (from {source}): {_short(msg, 200)[1:-1]}"
+
+
+def _short(text: str, limit: int = 80) -> str:
+    """A value for a one-line message: quoted, control characters escaped, and cut."""
+    shown = repr(text)
+    return shown if len(shown) <= limit else f"{shown[: limit - 4]}...{shown[0]}"
 
 
 def parse_assignments(items: Sequence[str], flag: str = "--set") -> dict[str, tuple[str, str]]:

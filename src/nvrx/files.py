@@ -1,10 +1,134 @@
-"""Writing files that other processes read while we write them (reports, state, manifests)."""
+"""Reading every file nvrx is given, and writing files that other processes read while we write
+them (reports, state, manifests).
+
+Reading: one bounded reader, `read_bounded`, for every file or text input of every subcommand.
+An input may be anything a user can name: a 50 GB log, `/dev/zero`, a FIFO, a symlink to
+either. None of them may take a login node's memory or hang a pass, so a read stops one byte
+past its cap and says which file was too large and which setting raises the cap.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
+
+# The default of `limits.max_input_bytes`: far above any real job log of one fault-injection
+# experiment or any journal, far below what would hurt a login node.
+DEFAULT_INPUT_LIMIT = 256 << 20
+# Config and env files are read before the settings exist, so their cap is fixed.
+CONFIG_FILE_LIMIT = 1 << 20
+LIMIT_SETTING = "limits.max_input_bytes"
+
+_input_limit = DEFAULT_INPUT_LIMIT
+
+
+class InputError(Exception):
+    """An input that cannot be read: missing, unreadable, or over its cap. One line, naming the
+    file; the command stops with exit 2. `errno` is the OS error's, when there was one."""
+
+    errno: int | None = None
+
+
+class InputTooLarge(InputError):
+    """An input over its cap."""
+
+
+def input_limit() -> int:
+    return _input_limit
+
+
+def set_input_limit(limit: int) -> None:
+    """The cap of every later `read_bounded` without an explicit `limit`: set once, when the
+    command's settings are loaded (one process runs one command with one configuration)."""
+    global _input_limit
+    _input_limit = limit
+
+
+def read_bounded(
+    path: Path | str,
+    what: str,
+    *,
+    limit: int | None = None,
+    follow_symlinks: bool = True,
+    regular_only: bool = False,
+    setting: str | None = LIMIT_SETTING,
+) -> tuple[bytes, os.stat_result]:
+    """At most `limit` bytes of `path` (default: `limits.max_input_bytes`), and the fstat of the
+    inode actually read (a file may be replaced between listing and opening it).
+
+    Raises InputError naming `what`, the path and, for an input over the cap, the cap and the
+    `setting` that raises it. A FIFO never hangs the open; a character device such as
+    `/dev/zero` is read like a file, so it ends at the cap. With `follow_symlinks=False` a
+    symlink is refused (`InputError` whose `errno` is ELOOP); with `regular_only`, anything but
+    a regular file is.
+    """
+    cap = _input_limit if limit is None else limit
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if not follow_symlinks:
+        flags |= os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise _os_error(what, path, exc) from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise InputError(f"{what} {path}: is a directory")
+        if regular_only and not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{what} {path}: not a regular file")
+        # Blocking from here on: a FIFO whose writer is slow is read as it comes (the open,
+        # which would wait for a writer that may never come, is what O_NONBLOCK was for).
+        os.set_blocking(fd, True)
+        chunks: list[bytes] = []
+        total = 0
+        want = st.st_size + 1 if stat.S_ISREG(st.st_mode) else 65536
+        while True:
+            chunk = os.read(fd, max(min(want, cap + 1 - total), 1))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > cap:
+                how = f"raise it with {setting}" if setting else "fixed"
+                raise InputTooLarge(f"{what} {path}: larger than {cap} bytes (the cap; {how})")
+            want = 1 << 20
+        return b"".join(chunks), st
+    except OSError as exc:
+        raise _os_error(what, path, exc) from None
+    finally:
+        os.close(fd)
+
+
+def read_text(path: Path | str, what: str, *, limit: int | None = None) -> str:
+    """A text input: UTF-8, else latin-1 (which never fails: logs carry binary junk from crashing
+    ranks)."""
+    return decode_text(read_bounded(path, what, limit=limit)[0])
+
+
+def decode_text(data: bytes) -> str:
+    """UTF-8, else latin-1 (which never fails)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
+
+
+def _os_error(what: str, path: Path | str, exc: OSError) -> InputError:
+    if exc.errno == errno.ENOENT:
+        reason = "no such file"
+    elif exc.errno == errno.ELOOP:
+        reason = "a symlink (not followed)"
+    elif exc.errno == errno.EISDIR:
+        reason = "is a directory"
+    else:
+        reason = exc.strerror or str(exc)
+    error = InputError(f"{what} {path}: {reason}")
+    error.errno = exc.errno
+    return error
 
 
 def write_atomic(path: Path, text: str, *, mode: int | None = None, durable: bool = False) -> None:
@@ -39,3 +163,17 @@ def write_atomic(path: Path, text: str, *, mode: int | None = None, durable: boo
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def refuse_overwriting(output: Path, inputs: list[Path], what: str) -> None:
+    """An output must never replace one of the command's inputs (a `--junit` pointed at the
+    journal it scores): InputError when `output` is one of `inputs` (the same file, by path or
+    by inode), or lies inside an input that is a directory."""
+    out = Path(os.path.realpath(output))
+    for source in inputs:
+        real = Path(os.path.realpath(source))
+        inside = real == out or (real.is_dir() and out.is_relative_to(real))
+        with contextlib.suppress(OSError):  # a hard link to an input is that input too
+            inside = inside or (out.exists() and os.path.samefile(out, real))
+        if inside:
+            raise InputError(f"{what} {output}: refusing to write over an input ({source})")

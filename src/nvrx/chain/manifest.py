@@ -16,7 +16,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 
 from nvrx.chain.shape import ChainError
 from nvrx.config import SlurmName
-from nvrx.files import write_atomic
+from nvrx.files import InputError, read_bounded, write_atomic
 
 MANIFEST_NAME = "chain.json"
 SCHEMA_VERSION = 1
@@ -92,11 +92,13 @@ def write_manifest(manifest: ChainManifest, path: Path) -> None:
 
 
 def read_manifest(path: Path) -> ChainManifest:
+    if not path.exists():
+        raise ChainError(f"no chain manifest at {path}")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ChainError(f"no chain manifest at {path}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = json.loads(read_bounded(path, "chain manifest")[0])
+    except InputError as exc:
+        raise ChainError(str(exc)) from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ChainError(f"cannot read chain manifest {path}: {exc}") from None
     try:
         return ChainManifest.model_validate(data)

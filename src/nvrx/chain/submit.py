@@ -44,7 +44,7 @@ from nvrx.chain.script import (
 )
 from nvrx.chain.shape import ArrayShape, ChainError, check_work_dir
 from nvrx.config import LoadedConfig, redact_argv
-from nvrx.files import write_atomic
+from nvrx.files import InputError, read_bounded, write_atomic
 from nvrx.slurm import Slurm, SlurmError, SubmitOptions
 from nvrx.slurm.options import check_name
 
@@ -514,9 +514,11 @@ def extend(
         manifest = _load_for_update(work_dir)
         script = Path(manifest.script)
         try:
-            current = script_sha256(script.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ChainError(f"generation script {script} is unreadable: {exc.strerror}") from None
+            current = script_sha256(read_bounded(script, "generation script")[0].decode("utf-8"))
+        except InputError as exc:
+            raise ChainError(str(exc)) from None
+        except UnicodeDecodeError:
+            raise ChainError(f"generation script {script} is not UTF-8 text") from None
         if current != manifest.script_sha256:
             raise ChainError(
                 f"generation script {script} changed since the chain was submitted "

@@ -19,17 +19,18 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from nvrx.config import NvrxConfig, redact_text
-from nvrx.files import write_atomic
+from nvrx.files import InputError, decode_text, read_bounded, read_text, write_atomic
 from nvrx.inject.pool import PoolError
 from nvrx.inject.session import Record, Session
-from nvrx.score.evidence import Attribution, blind, decode_log, fr_ranks, run_validity
+from nvrx.score.evidence import Attribution, blind, fr_ranks, run_validity
 from nvrx.score.load import (
     ANALYSIS_DIR,
     FR_ANALYSIS,
@@ -82,23 +83,35 @@ def builtin_fr_analyzer(checkpoints: Path, pattern: str) -> tuple[str, dict[str,
 
 
 def _run(argv: list[str], cwd: Path, timeout: float, what: str) -> str:
-    try:
-        proc = subprocess.run(
-            argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
-        )
-    except subprocess.TimeoutExpired:
-        raise AnalysisError(f"{what} did not finish within {timeout:g} s") from None
-    except OSError as exc:
-        raise AnalysisError(f"{what} could not start: {exc.strerror}") from None
+    # Its output goes to files read back through the bounded reader: an analyser that prints
+    # without end must not take the driver's memory with it.
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.run(
+                argv, cwd=cwd, stdout=out, stderr=err, timeout=timeout, check=False
+            )
+        except subprocess.TimeoutExpired:
+            raise AnalysisError(f"{what} did not finish within {timeout:g} s") from None
+        except OSError as exc:
+            raise AnalysisError(f"{what} could not start: {exc.strerror}") from None
+        try:
+            stdout = _read_output(out, f"{what} output")
+            stderr = _read_output(err, f"{what} error output")
+        except InputError as exc:
+            raise AnalysisError(str(exc)) from None
     if proc.returncode != 0:
         # The tail goes into the verdict's reason and the reports: an analyser that echoes the
         # key it read from the environment must not publish it there. Masked before it is cut,
         # so a key across the cut cannot leave its first part behind.
         keys = [value for name, value in os.environ.items() if name.endswith("API_KEY")]
-        last = " ".join(proc.stderr.strip().splitlines()[-1:])
+        last = " ".join(stderr.strip().splitlines()[-1:])
         tail = redact_text(last, keys)[:200]
         raise AnalysisError(f"{what} exited {proc.returncode}: {tail}")
-    return proc.stdout
+    return stdout
+
+
+def _read_output(handle: IO[bytes], what: str) -> str:
+    return decode_text(read_bounded(f"/proc/self/fd/{handle.fileno()}", what)[0])
 
 
 def logsage_analyzer(script: Path, model: str, base_url: str, timeout: float) -> LogAnalyzer:
@@ -226,7 +239,7 @@ def analyse(record: Record, analyzers: Analyzers, judge: Judge) -> ExperimentAna
     out = record.dir / ANALYSIS_DIR
     out.mkdir(parents=True, exist_ok=True)
     log_path = main_log(record.dir, record.job_id)
-    raw = decode_log(log_path.read_bytes()) if log_path is not None else None
+    raw = read_text(log_path, "job log") if log_path is not None else None
     validity = run_validity(raw)
     if raw is not None:
         write_atomic(

@@ -52,6 +52,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from nvrx.files import InputError, read_bounded
+from nvrx.limits import MAX_DIGITS
+
 DEFAULT_PATTERN = "_dump_*"
 MAX_PATHS = 50_000  # path-enumeration budget for the wavefront selection (see docstring, 5.)
 
@@ -153,8 +156,8 @@ def _decode(path: Path, raw: bytes) -> Any:
     if path.suffix.lower() == ".json" or text.lstrip()[:1] in (b"{", b"["):
         try:
             return json.loads(text.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise FrError(f"{path}: not valid JSON: {_one_line(exc)}") from None
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # a 5,000-digit number
+            raise FrError(f"{path}: not valid JSON: {_one_line(exc)[:200]}") from None
     try:
         return _PlainDataUnpickler(io.BytesIO(raw)).load()
     except pickle.UnpicklingError as exc:
@@ -163,6 +166,14 @@ def _decode(path: Path, raw: bytes) -> Any:
         raise FrError(
             f"{path}: not a flight-recorder dump: {type(exc).__name__}: {_one_line(exc)}"
         ) from None
+
+
+def _show(value: Any) -> str:
+    """A decoded value in a message, cut; even one holding an integer too long to print."""
+    try:
+        return f"{value!r:.40}"
+    except (ValueError, RecursionError):
+        return f"a {type(value).__name__}"
 
 
 def _one_line(exc: BaseException) -> str:
@@ -190,12 +201,14 @@ class _Fields:
 
     def integer(self, value: Any, where: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(where, f"expected an integer, got {value!r:.40}")
+            raise self.fail(where, f"expected an integer, got {_show(value)}")
+        if abs(value) >= 1 << 63:  # a pickle's integer may be any size; no counter is that big
+            raise self.fail(where, f"integer out of range ({value.bit_length()} bits)")
         return value
 
     def text(self, value: Any, where: str) -> str:
         if not isinstance(value, str):
-            raise self.fail(where, f"expected a string, got {value!r:.40}")
+            raise self.fail(where, f"expected a string, got {_show(value)}")
         return value
 
 
@@ -209,7 +222,7 @@ def parse_rank_list(text: str) -> tuple[int, ...]:
         token = token.strip()
         if not token:
             continue
-        if not re.fullmatch(r"-?\d+", token):
+        if not re.fullmatch(r"-?\d{1,18}", token):
             raise ValueError(f"not a list of ranks: {text!r:.60}")
         ranks.append(int(token))
     return tuple(ranks)
@@ -222,7 +235,7 @@ def rank_of(path: Path) -> int:
     if path.suffix and not path.suffix[1:].isdigit():
         name = path.stem
     last = name.rsplit("_", 1)[-1]
-    if not last.isdigit():
+    if not last.isdigit() or len(last) > MAX_DIGITS:
         raise FrError(f"{path}: cannot tell the rank from the file name (expected _dump_<rank>)")
     return int(last)
 
@@ -231,9 +244,9 @@ def load_dump(path: Path) -> RankDump:
     """Read one dump (pickle or JSON, detected). Unknown keys are ignored."""
     rank = rank_of(path)
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise FrError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raw, _ = read_bounded(path, "FR dump")
+    except InputError as exc:
+        raise FrError(str(exc)) from None
     if not raw.strip():
         raise FrError(f"{path}: empty file")
     fields = _Fields(path)
@@ -241,7 +254,7 @@ def load_dump(path: Path) -> RankDump:
 
     groups: dict[str, GroupConfig] = {}
     for name, cfg in fields.mapping(doc.get("pg_config", {}), "pg_config").items():
-        where = f"pg_config[{name!r}]"
+        where = f"pg_config[{_show(name)}]"
         cfg = fields.mapping(cfg, where)
         raw_ranks = cfg.get("ranks", "[]")
         try:
@@ -256,7 +269,7 @@ def load_dump(path: Path) -> RankDump:
 
     progress: dict[int, GroupProgress] = {}
     for local, status in fields.mapping(doc.get("pg_status", {}), "pg_status").items():
-        where = f"pg_status[{local!r}]"
+        where = f"pg_status[{_show(local)}]"
         status = fields.mapping(status, where)
         try:
             local_index = int(local)
@@ -512,8 +525,8 @@ def analyze_window(
     )
 
 
-_SEND = re.compile(r"nccl:send\s+(\d+)->(\d+)")
-_RECV = re.compile(r"nccl:recv\s+(\d+)<-(\d+)")
+_SEND = re.compile(r"nccl:send\s+(\d{1,9})->(\d{1,9})(?!\d)")
+_RECV = re.compile(r"nccl:recv\s+(\d{1,9})<-(\d{1,9})(?!\d)")
 
 
 def _unbalanced_peers(ops: Mapping[str, int], members: Sequence[int]) -> set[int]:
@@ -645,7 +658,7 @@ def analyze(dumps: Sequence[RankDump], files: Sequence[Path] = ()) -> FrResult:
 
 
 def _name_key(name: str) -> tuple[int, int, str]:
-    return (0, int(name), "") if name.isdigit() else (1, 0, name)
+    return (0, int(name), "") if name.isdigit() and len(name) <= MAX_DIGITS else (1, 0, name)
 
 
 def analyze_path(path: Path, pattern: str = DEFAULT_PATTERN) -> FrResult:

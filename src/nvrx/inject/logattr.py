@@ -89,6 +89,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
+from nvrx.limits import small_int
 from nvrx.score.evidence import RESTART, STOP, blind, rank_mentions
 
 NO_LOGS = "NO LOGS"
@@ -119,7 +120,7 @@ DECISIONS: dict[str, tuple[str, str]] = {
 
 # --- line grammar --------------------------------------------------------------------------------
 
-_LABEL = re.compile(r"^ *(\d+): ?(.*)$")
+_LABEL = re.compile(r"^ *(\d{1,9}): ?(.*)$")  # more digits is not a rank (nvrx.limits)
 _SYSTEM = re.compile(r"^(?:srun|slurmstepd)\b")
 _TASK_EXIT = re.compile(
     r"^srun: error: (?P<node>[^:\s]+): tasks? (?P<tasks>[\d,\-]+): (?P<status>.+)$"
@@ -285,24 +286,31 @@ class _Facts:
     segv: dict[int, _Line] = field(default_factory=dict)
     abort: dict[int, _Line] = field(default_factory=dict)
     checkpoint_saved: bool = False
+    task_ids: int = 0  # task ids the srun range lists expanded to so far (MAX_TASKS in all)
 
 
-MAX_TASKS = 1 << 20  # no job has more ranks; a bigger range in a log is garbage, not a job
+MAX_TASKS = 1 << 17  # no job has more ranks; a bigger range in a log is garbage, not a job
 
 
-def _task_list(spec: str) -> list[int]:
+def _task_list(spec: str, facts: _Facts) -> list[int]:
+    """The task ids of an srun range list (`0-3,7`). All the log's ranges together expand to
+    at most MAX_TASKS ids: past that a range is not taken (its lines are still in the log)."""
     out: list[int] = []
     for part in spec.split(","):
         low, _, high = part.partition("-")
-        if low.isdigit() and (not high or high.isdigit()):
-            first, last = int(low), int(high or low)
-            if last - first < MAX_TASKS and last < MAX_TASKS:
+        if not low.isdigit() or (high and not high.isdigit()):
+            continue
+        first, last = small_int(low), small_int(high or low)
+        if first is not None and last is not None:
+            count = last - first + 1
+            if count > 0 and last < MAX_TASKS and facts.task_ids + count <= MAX_TASKS:
+                facts.task_ids += count
                 out.extend(range(first, last + 1))
     return out
 
 
 def _int_list(spec: str) -> list[int]:
-    return [int(n) for n in re.findall(r"\d+", spec)]
+    return [n for n in map(small_int, re.findall(r"\d+", spec)) if n is not None]
 
 
 def _split(text: str) -> list[_Line]:
@@ -355,9 +363,9 @@ def _facts(text: str) -> _Facts:
         if line.system:
             teardown = teardown or _TEARDOWN.search(body) is not None
             if m := _TASK_RUNNING.match(body):
-                facts.running_at_teardown.update(_task_list(m.group("tasks")))
+                facts.running_at_teardown.update(_task_list(m.group("tasks"), facts))
             if m := _TASK_EXIT.match(body):
-                for task in _task_list(m.group("tasks")):
+                for task in _task_list(m.group("tasks"), facts):
                     facts.exits.setdefault(task, _Exit(line, m.group("status").strip(), teardown))
             continue
         facts.checkpoint_saved = facts.checkpoint_saved or _CHECKPOINT.search(body) is not None

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from nvrx.files import InputError, read_bounded
+
 
 class PoolError(ValueError):
     """A pool entry or pool source is invalid; one line naming it."""
@@ -67,14 +69,25 @@ class Experiment:
 
 
 _ENTRY_RE = re.compile(r"^([A-Za-z_]+):(-?\d+):(-?\d+):(-?\d+)$")
+# No job has a billion ranks, iterations to fault at, or nodes: more digits is a typo (and past
+# 4,300 digits, more than Python turns into a number).
+MAX_ENTRY_DIGITS = 9
+# A campaign of more experiments than this is a runaway generated pool, not a plan.
+MAX_POOL_ENTRIES = 10_000
 
 
 def parse_entry(text: str) -> Experiment:
     """`GPU_SLEEP:1:5:2` → Experiment. Errors name the entry and what is wrong with it."""
     m = _ENTRY_RE.match(text.strip())
     if m is None:
-        raise PoolError(f"malformed pool entry {text!r}: expected FAULT_TYPE:RANK:ITER:NODES")
+        shown = repr(text) if len(text) <= 60 else repr(text[:57]) + "..."
+        raise PoolError(f"malformed pool entry {shown}: expected FAULT_TYPE:RANK:ITER:NODES")
     fault = FaultType.parse(m.group(1))
+    for name, digits in zip(("rank", "iteration", "nodes"), m.groups()[1:], strict=True):
+        if len(digits.lstrip("-")) > MAX_ENTRY_DIGITS:
+            raise PoolError(
+                f"pool entry {text[:60]!r}: {name} has more than {MAX_ENTRY_DIGITS} digits"
+            )
     rank, iteration, nodes = (int(m.group(i)) for i in (2, 3, 4))
     if rank < 0:
         raise PoolError(f"pool entry {text!r}: rank {rank} is negative")
@@ -130,7 +143,9 @@ def build_pool(
     experiments: list[Experiment] = []
     seen: dict[str, int] = {}
     duplicates: list[str] = []
-    for text in entries:
+    for n, text in enumerate(entries, start=1):
+        if n > MAX_POOL_ENTRIES:
+            raise PoolError(f"the pool has more than {MAX_POOL_ENTRIES} entries")
         e = parse_entry(text)
         check_experiment(e, gpus_per_node=gpus_per_node, min_nodes=min_nodes, workload=workload)
         copies = seen.get(e.entry, 0)
@@ -195,9 +210,12 @@ def pool_entries(source: str) -> list[str]:
         is_file = False
     if is_file:
         try:
-            return split_pool(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError) as exc:
-            raise PoolError(f"cannot read pool file {path}: {exc}") from None
+            data, _ = read_bounded(path, "pool file")
+            return split_pool(data.decode("utf-8"))
+        except InputError as exc:
+            raise PoolError(str(exc)) from None
+        except UnicodeDecodeError as exc:
+            raise PoolError(f"pool file {path} is not UTF-8 text (byte {exc.start})") from None
     words = split_pool(text)
     if "/" in text or (len(words) == 1 and ":" not in words[0]):
         names = ", ".join(NAMED_POOLS)

@@ -255,15 +255,15 @@ def previous_session(session_dir: Path) -> Path | None:
     return older[-1] if older else None
 
 
-def session_rows(session_dir: Path) -> list[Row]:
-    return rows(Session.open(session_dir).state())
+def session_rows(session_dir: Path, *, force: bool = False) -> list[Row]:
+    return rows(Session.open(session_dir).state(force=force))
 
 
-def rows_and_stop(session_dir: Path) -> tuple[list[Row], tuple[bool, str]]:
+def rows_and_stop(session_dir: Path, *, force: bool = False) -> tuple[list[Row], tuple[bool, str]]:
     """The session's rows and its stop condition against the previous session (an unreadable
-    previous session is said, not fatal)."""
+    previous session is said, not fatal). `force` skips the session's damaged journal lines."""
     session_dir = session_dir.resolve()
-    current = session_rows(session_dir)
+    current = session_rows(session_dir, force=force)
     older = previous_session(session_dir)
     if older is None:
         return current, stop_condition(current, None)
@@ -274,12 +274,15 @@ def rows_and_stop(session_dir: Path) -> tuple[list[Row], tuple[bool, str]]:
     return current, stop_condition(current, previous)
 
 
-def write_reports(session_dir: Path) -> tuple[list[Path], list[Row], tuple[bool, str]]:
+def write_reports(
+    session_dir: Path, *, force: bool = False
+) -> tuple[list[Path], list[Row], tuple[bool, str]]:
     """Rebuild the session's report files from its journal (and the previous session's, for
-    the stop condition); returns the paths, the rows and the stop condition."""
+    the stop condition); returns the paths, the rows and the stop condition. The journal is
+    read in full before anything is written: a damaged line stops it with nothing written."""
     from nvrx.files import write_atomic
 
-    current, stop = rows_and_stop(session_dir)
+    current, stop = rows_and_stop(session_dir, force=force)
     verdicts = [r.verdict for r in current]
     paths = [session_dir / REPORT_MD, session_dir / REPORT_JSON, session_dir / REPORT_JUNIT]
     write_atomic(paths[0], markdown(session_dir, current, stop))

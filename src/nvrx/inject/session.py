@@ -14,6 +14,7 @@ accounting), `cancelled` (by the driver: wall-clock cap or interrupt), `interrup
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from nvrx.files import InputError, read_bounded
 from nvrx.inject.pool import Experiment, FaultType, PoolError
 
 TSV_NAME = "experiments.tsv"
@@ -32,12 +34,59 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+class JournalError(PoolError):
+    """A journal (or tracking file) line that cannot be read: named by file and line."""
+
+
+# How far back from the end a write cut short by a crash is looked for: one record's worth.
+_TORN_SEARCH = 1 << 20
+
+
 def _append(path: Path, text: str) -> None:
-    """Append and make it durable before going on: the next step may be a SIGKILL."""
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
+    """Append and make it durable before going on: the next step may be a SIGKILL.
+
+    A line is recorded once its newline is on disk. Bytes after the last newline are a write a
+    crash cut short: they are moved to `<file>.torn` (kept, never silently dropped) before
+    this append, so they cannot glue themselves to the new line and spoil it too.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            start = max(0, size - _TORN_SEARCH)
+            tail = os.pread(fd, size - start, start)
+            cut = start + tail.rfind(b"\n") + 1 if b"\n" in tail else start
+            torn = os.pread(fd, size - cut, cut)
+            if _complete(torn):
+                os.write(fd, b"\n")  # a whole record whose newline was lost: keep it
+            else:
+                with open(path.with_name(path.name + ".torn"), "ab") as keep:
+                    keep.write(torn + b"\n")
+                    keep.flush()
+                    os.fsync(keep.fileno())
+                os.ftruncate(fd, cut)
+        os.write(fd, text.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _complete(line: bytes) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except (ValueError, RecursionError):
+        return False
+
+
+@dataclass(frozen=True)
+class JournalLines:
+    """A journal as read: its events with their line numbers, the damaged lines a forced read
+    skipped, and whether the last line was a write cut short by a crash (ignored: never
+    recorded)."""
+
+    events: list[tuple[int, dict[str, Any]]]
+    skipped: tuple[int, ...] = ()
+    torn_tail: bool = False
 
 
 class Journal:
@@ -48,22 +97,42 @@ class Journal:
         record = {"event": event, "at": utcnow().isoformat(), **fields}
         _append(self.path, json.dumps(record, sort_keys=True) + "\n")
 
-    def read(self) -> list[dict[str, Any]]:
-        """Every complete event; a line cut short by a crash mid-write is ignored."""
+    def read(self, *, force: bool = False) -> JournalLines:
+        """Every event, with its line number. A line that is not an event is an error naming
+        the file and line (JournalError); with `force` it is skipped and counted. The last line
+        without its newline is a write a crash cut short, and is ignored."""
         try:
-            # A byte that is not UTF-8 spoils its line, not the journal.
-            text = self.path.read_bytes().decode("utf-8", errors="replace")
-        except FileNotFoundError:
-            return []
-        events = []
-        for line in text.splitlines():
+            data, _ = read_bounded(self.path, "journal")
+        except InputError as exc:
+            if exc.errno == errno.ENOENT:
+                return JournalLines([])
+            raise
+        lines = data.split(b"\n")
+        last = lines.pop()  # after the final newline: b"" unless a write was cut short
+        torn = bool(last.strip()) and not _complete(last)
+        if last.strip() and not torn:
+            lines.append(last)
+        events: list[tuple[int, dict[str, Any]]] = []
+        skipped: list[int] = []
+        for n, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict) and "event" in record:
-                events.append(record)
-        return events
+                problem = None if isinstance(record, dict) else "not a JSON object"
+                if problem is None and not isinstance(record.get("event"), str):
+                    problem = "no event name"
+            except UnicodeDecodeError:
+                problem = "not UTF-8 text"
+            except (ValueError, RecursionError) as exc:
+                problem = f"not JSON ({type(exc).__name__})"
+            if problem is None:
+                events.append((n, record))
+            elif force:
+                skipped.append(n)
+            else:
+                raise JournalError(f"{self.path} line {n}: {problem} (--force skips such lines)")
+        return JournalLines(events, tuple(skipped), torn)
 
 
 @dataclass
@@ -125,6 +194,22 @@ class SessionState:
     info: dict[str, Any] = field(default_factory=dict)
     records: list[Record] = field(default_factory=list)
     interruptions: int = 0
+    skipped_lines: tuple[int, ...] = ()  # damaged journal lines a forced read skipped
+    torn_tail: bool = False  # the last line was a write cut short by a crash
+
+    def notes(self, journal: Path) -> list[str]:
+        """What a forced or crash-cut read left out, for the user to see."""
+        out = []
+        if self.skipped_lines:
+            lines = ", ".join(str(n) for n in self.skipped_lines[:10])
+            more = ", ..." if len(self.skipped_lines) > 10 else ""
+            out.append(
+                f"skipped {len(self.skipped_lines)} damaged line(s) of {journal} "
+                f"(line {lines}{more})"
+            )
+        if self.torn_tail:
+            out.append(f"{journal}: the last line is a write cut short by a crash; ignored")
+        return out
 
     def by_status(self, status: str) -> list[Record]:
         return [r for r in self.records if r.status == status]
@@ -136,17 +221,31 @@ class SessionState:
         return value if type(value) is int and value > 0 else default
 
 
-def replay(events: list[dict[str, Any]], session_dir: Path) -> SessionState:
-    state = SessionState()
-    for n, ev in enumerate(events, start=1):
+def replay(journal: JournalLines, session_dir: Path, *, force: bool = False) -> SessionState:
+    """Fold the events into the session's state. An event whose fields are damaged is an error
+    naming the file and line (JournalError); with `force` it is skipped and counted."""
+    state = SessionState(torn_tail=journal.torn_tail)
+    skipped = list(journal.skipped)
+    for n, ev in journal.events:
         try:
             _apply(state, ev, session_dir)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise PoolError(
-                f"{session_dir / JOURNAL_NAME}: event {n} ({ev.get('event')!r}) is damaged: "
-                f"{type(exc).__name__}: {exc}"
+        except (KeyError, TypeError, ValueError, PoolError) as exc:
+            if force:
+                skipped.append(n)
+                continue
+            detail = str(exc)[:200]
+            raise JournalError(
+                f"{session_dir / JOURNAL_NAME} line {n}: event {str(ev.get('event'))[:40]!r} "
+                f"is damaged: {type(exc).__name__}: {detail} (--force skips such lines)"
             ) from None
+    state.skipped_lines = tuple(sorted(skipped))
     return state
+
+
+# Events about one experiment, by its `index`. Other event names (from a newer nvrx) are ignored.
+_RECORD_EVENTS = frozenset(
+    {"submitting", "submitted", "not_submitted", "ended", "cancelled", "analysed", "submit_failed"}
+)
 
 
 def _apply(state: SessionState, ev: dict[str, Any], session_dir: Path) -> None:
@@ -164,10 +263,10 @@ def _apply(state: SessionState, ev: dict[str, Any], session_dir: Path) -> None:
         state.records.append(Record(int(ev["index"]), e, session_dir / e.dir_name))
     elif kind == "interrupted":
         state.interruptions += 1
-    else:
+    elif kind in _RECORD_EVENTS:
         index = ev.get("index")
-        if not isinstance(index, int) or not 0 <= index < len(state.records):
-            return
+        if type(index) is not int or not 0 <= index < len(state.records):
+            raise ValueError(f"index {str(index)[:20]!r} names no planned experiment")
         r = state.records[index]
         if kind == "submitting":
             r.status, r.job_name, r.comment = "submitting", ev["job_name"], ev["comment"]
@@ -227,8 +326,9 @@ class Session:
             raise PoolError(f"{directory} is not an nvrx inject-loop session (no {JOURNAL_NAME})")
         return session
 
-    def state(self) -> SessionState:
-        return replay(self.journal.read(), self.dir)
+    def state(self, *, force: bool = False) -> SessionState:
+        """The state from the journal; `force` skips damaged lines (counted in the state)."""
+        return replay(self.journal.read(force=force), self.dir, force=force)
 
     def prepare_dir(self, record: Record) -> None:
         for sub in ("logs/slurm", "checkpoints", "tensorboard"):

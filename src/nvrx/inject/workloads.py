@@ -10,9 +10,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nvrx.config import ConfigError, parse_yaml
+from nvrx.files import InputError, read_bounded
 from nvrx.inject.pool import PoolError
 
 
@@ -31,9 +32,9 @@ class Workload(BaseModel):
 
 def _parse(text: str, source: str, base: Path | None) -> dict[str, Workload]:
     try:
-        data: Any = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise PoolError(f"workloads file {source} is not valid YAML") from exc
+        data: Any = parse_yaml(text, f"workloads file {source}")
+    except ConfigError as exc:
+        raise PoolError(str(exc)) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -58,9 +59,13 @@ def load_registry(extra: Path | None = None) -> dict[str, Workload]:
     registry = _parse(text, "the shipped registry", None)
     if extra is not None:
         try:
-            extra_text = extra.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise PoolError(f"cannot read workloads file {extra}: {exc.strerror}") from None
+            extra_text = read_bounded(extra, "workloads file")[0].decode("utf-8")
+        except InputError as exc:
+            raise PoolError(str(exc)) from None
+        except UnicodeDecodeError as exc:
+            raise PoolError(
+                f"workloads file {extra} is not UTF-8 text (byte {exc.start})"
+            ) from None
         registry.update(_parse(extra_text, str(extra), extra.parent))
     return registry
 

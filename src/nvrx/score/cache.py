@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nvrx.files import write_atomic
+from nvrx.files import InputError, read_bounded, write_atomic
 from nvrx.score.model import PROMPT_VERSION, Answer, Usage, answer_schema
 
 SCHEMA_VERSION = hashlib.sha256(json.dumps(answer_schema(), sort_keys=True).encode()).hexdigest()[
@@ -58,9 +58,9 @@ class VerdictCache:
 
     def get(self, key: str) -> CachedAnswer | None:
         try:
-            doc = json.loads(self._path(key).read_text(encoding="utf-8"))
+            doc = json.loads(read_bounded(self._path(key), "cached verdict", limit=1 << 20)[0])
             return CachedAnswer(Answer.model_validate(doc["answer"]), Usage(**doc["usage"]))
-        except (OSError, ValueError, KeyError, TypeError, ValidationError):
+        except (InputError, ValueError, KeyError, TypeError, RecursionError, ValidationError):
             return None  # absent or damaged: ask again (and overwrite)
 
     def put(self, key: str, answer: Answer, usage: Usage, identity: dict[str, Any]) -> None:

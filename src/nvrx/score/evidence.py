@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from nvrx.inject.pool import FaultType
+from nvrx.limits import small_int
 from nvrx.score.model import GroundTruth
 
 RESTART = "RESTART IMMEDIATE"
@@ -61,14 +62,6 @@ def blind(text: str) -> str:
     experiment directory names replaced."""
     text = _EXPERIMENT_NAME.sub(BLINDED_NAME, strip_markers(text))
     return _INJECTED_CLASS.sub(BLINDED_CLASS, text)
-
-
-def decode_log(data: bytes) -> str:
-    """UTF-8, else latin-1 (which never fails): logs carry binary junk from crashing ranks."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return data.decode("latin-1")
 
 
 def has_marker(text: str) -> bool:
@@ -133,6 +126,11 @@ FrScope = Literal["rank", "node", "segment", "false", "no_dumps"]
 _INT = re.compile(r"\d+")
 
 
+def _numbers(found: list[str]) -> list[int]:
+    """The numbers among digit runs (a run too long for a rank is text)."""
+    return [n for n in map(small_int, found) if n is not None]
+
+
 def fr_ranks(fr_output: str) -> frozenset[int]:
     """Every rank in the `Missing Ranks` column: rows with ≥ 6 `|` parts, header skipped."""
     ranks: set[int] = set()
@@ -142,7 +140,7 @@ def fr_ranks(fr_output: str) -> frozenset[int]:
         parts = line.split("|")
         if len(parts) < 6:
             continue
-        ranks.update(int(n) for n in _INT.findall(parts[-1]))
+        ranks.update(_numbers(_INT.findall(parts[-1])))
     return frozenset(ranks)
 
 
@@ -202,10 +200,10 @@ def rank_mentions(text: str) -> frozenset[int]:
     iterations, exit codes and sizes are numbers too."""
     found: set[int] = set()
     for match in _RANK_LIST.finditer(text):
-        found.update(int(n) for n in _INT.findall(match.group(1)))
+        found.update(_numbers(_INT.findall(match.group(1))))
     for match in _RANK_RANGE.finditer(text):
-        low, high = int(match.group(1)), int(match.group(2))
-        if low <= high and high - low < 4096:
+        low, high = small_int(match.group(1)), small_int(match.group(2))
+        if low is not None and high is not None and low <= high and high - low < 4096:
             found.update(range(low, high + 1))
     return frozenset(found)
 

@@ -18,8 +18,9 @@ from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
+from nvrx import files
 from nvrx.inject.session import JOURNAL_NAME, TSV_HEADER, TSV_NAME, Record, Session
-from nvrx.score.evidence import analyser_failure, blind, decode_log, judge_excerpt, run_validity
+from nvrx.score.evidence import analyser_failure, blind, judge_excerpt, run_validity
 from nvrx.score.model import Case, GroundTruth, ScoreError
 
 ANALYSIS_DIR = "analysis"
@@ -44,14 +45,12 @@ def parse_bool(text: str, what: str) -> bool:
 
 
 def read_text(path: Path, what: str) -> str:
+    """A text input through the one bounded reader; its problems are ScoreErrors (a case that
+    cannot be built, or bad input to `nvrx score`)."""
     try:
-        return decode_log(path.read_bytes())
-    except FileNotFoundError:
-        raise ScoreError(f"{what} {path}: no such file") from None
-    except IsADirectoryError:
-        raise ScoreError(f"{what} {path}: is a directory") from None
-    except OSError as exc:
-        raise ScoreError(f"{what} {path}: {exc.strerror}") from None
+        return files.read_text(path, what)
+    except files.InputError as exc:
+        raise ScoreError(str(exc)) from None
 
 
 def text_or_file(value: str, what: str) -> str:
@@ -198,6 +197,18 @@ def _tsv_cases(session_dir: Path, shape: Shape, only: Path | None) -> list[Case]
             )
         )
     return cases
+
+
+def input_paths(targets: list[Path], cases: list[Case], files_given: list[Path]) -> list[Path]:
+    """What a scoring run read, or may be asked to read again: each session's journal and
+    tracking file, every experiment directory, and the files given by flags. Its outputs
+    (`--junit`, `--markdown`) may not replace any of them (`refuse_overwriting`)."""
+    out = list(files_given)
+    for target in targets:
+        for session in (target, target.parent):
+            out += [session / JOURNAL_NAME, session / f"{JOURNAL_NAME}.torn", session / TSV_NAME]
+    out += [Path(c.experiment_dir) for c in cases if c.experiment_dir]
+    return out
 
 
 def cases_from_path(path: Path, shape: Shape) -> list[Case]:

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr
 
 from nvrx.config import NvrxConfig
+from nvrx.files import InputError, read_bounded
 from nvrx.retry import RetryPolicy
 from nvrx.score.cache import VerdictCache
 from nvrx.score.llm import Endpoint, LlmJudge
@@ -90,10 +91,11 @@ def _checked(key: SecretStr, where: str) -> SecretStr:
 
 def _key_file(path: Path, warn: Warn) -> SecretStr:
     try:
-        mode = path.stat().st_mode
-        text = path.read_bytes().decode("utf-8").strip()
-    except OSError as exc:
-        raise ScoreError(f"API key file {path}: {exc.strerror}") from None
+        data, st = read_bounded(path, "API key file", limit=64 << 10, setting=None)
+        mode = st.st_mode
+        text = data.decode("utf-8").strip()
+    except InputError as exc:
+        raise ScoreError(str(exc)) from None
     except UnicodeDecodeError:
         raise ScoreError(f"API key file {path} is not UTF-8 text") from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):

@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from nvrx.files import write_atomic
+from nvrx.files import InputError, InputTooLarge, read_bounded, write_atomic
 from nvrx.slurm.errors import SlurmParseError
 from nvrx.slurm.hostlist import expand
 from nvrx.watch.model import CycleInfo, SkippedFile
@@ -562,40 +562,22 @@ def _read_capped(path: str, cap: int) -> tuple[bytes, os.stat_result]:
     """At most `cap` bytes of a regular file, without following a symlink, plus the fstat of
     the inode actually read (what the cache must be keyed on: the file may have been replaced
     between listing and opening)."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags)
-    except OSError as exc:
+        return read_bounded(
+            path, "cycle file", limit=cap, follow_symlinks=False, regular_only=True, setting=None
+        )
+    except InputTooLarge:
+        raise _Skip(f"too large (grew past {cap} bytes while being read)") from None
+    except InputError as exc:
         if exc.errno == errno.ELOOP:
             raise _Skip(REASON_SYMLINK) from None
         if exc.errno == errno.ENOENT:
             raise _Skip("disappeared while listing (replaced or deleted)") from None
         if exc.errno in (errno.EACCES, errno.EPERM):
             raise _Skip("unreadable: permission denied") from None
-        raise _Skip(f"unreadable: {exc.strerror or exc}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _Skip("not a regular file")
-        if st.st_size > cap:
-            raise _too_large(st.st_size, cap)
-        chunks: list[bytes] = []
-        total = 0
-        want = st.st_size + 1  # one more byte than expected: detects a file that grew
-        while True:
-            chunk = os.read(fd, max(min(want, cap + 1 - total), 1))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > cap:
-                raise _Skip(f"too large (grew past {cap} bytes while being read)")
-            want = 65536
-        return b"".join(chunks), st
-    except OSError as exc:
-        raise _Skip(f"unreadable: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
+        if exc.errno is None:
+            raise _Skip(str(exc).rpartition(": ")[2]) from None  # not a regular file, ...
+        raise _Skip(f"unreadable: {os.strerror(exc.errno)}") from None
 
 
 def _decode(data: bytes) -> str:

@@ -8,12 +8,13 @@ task 0 longer ago than that window. A failed query is recorded in the snapshot, 
 
 from __future__ import annotations
 
+import errno
 import os
-import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from nvrx.config import WatchSettings
+from nvrx.files import InputError, InputTooLarge, read_bounded
 from nvrx.slurm import JobState, QueueRow, Slurm, SlurmError, SlurmValueError
 from nvrx.slurm.parse import AccountingRow
 from nvrx.watch.cycles import (
@@ -49,20 +50,14 @@ def read_checkpoint(
         return Checkpoint(None)
     interval = state.save_interval_seconds(save_every)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not hang the pass
-    except FileNotFoundError:
-        return Checkpoint(path, save_interval_seconds=interval)
-    except OSError as exc:
-        return _last_known(path, state, f"unreadable: {exc.strerror}", interval)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return _last_known(path, state, "not a regular file", interval)
-        raw = os.read(fd, _CHECKPOINT_CAP)
-    except OSError as exc:
-        return _last_known(path, state, f"unreadable: {exc.strerror}", interval)
-    finally:
-        os.close(fd)
+        raw, st = read_bounded(path, "checkpoint file", limit=_CHECKPOINT_CAP, regular_only=True)
+    except InputTooLarge:
+        return _last_known(path, state, "not an integer (too large)", interval)
+    except InputError as exc:
+        if exc.errno == errno.ENOENT:
+            return Checkpoint(path, save_interval_seconds=interval)
+        reason = f"unreadable: {os.strerror(exc.errno)}" if exc.errno else "not a regular file"
+        return _last_known(path, state, reason, interval)
     mtime = datetime.fromtimestamp(st.st_mtime, UTC)
     try:
         value = int(raw.decode("ascii").strip())

@@ -30,7 +30,7 @@ from nvrx.config import (
     expand_shell_value,
     expand_shell_word,
 )
-from nvrx.files import write_atomic
+from nvrx.files import InputError, decode_text, read_bounded, write_atomic
 from nvrx.slurm import JobForgotten, Slurm, SlurmError, SlurmValueError
 from nvrx.slurm.ids import check_job_id
 from nvrx.watch.model import ChainRef
@@ -153,8 +153,8 @@ def _expected(settings: WatchSettings, name: str | None) -> bool:
     """Upstream's expect-chain marker: a file holding the job name of a chain that should be
     alive (nvrx chains use their manifest instead)."""
     try:
-        text = Path(settings.expect_file).read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        text = decode_text(read_bounded(settings.expect_file, "expect file", limit=1 << 20)[0])
+    except InputError:
         return False
     return name is not None and name in text.split()
 
@@ -255,10 +255,8 @@ def _from_job(script: str | None, work: str | None, name: str, user: str) -> Tar
     if script is None:
         return None
     try:
-        if os.path.getsize(script) > _SCRIPT_CAP:
-            return None
-        text = Path(script).read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        text = decode_text(read_bounded(script, "batch script", limit=_SCRIPT_CAP)[0])
+    except InputError:
         return None
     found = flags_from_script(text)
     cycles = found.get("cycles")
@@ -367,7 +365,7 @@ def _remember(settings: WatchSettings, job_id: str, target: Target) -> None:
 
 def _recall(settings: WatchSettings, job_id: str) -> Target | None:
     try:
-        data: Any = json.loads(_memo_path(settings, job_id).read_text())
+        data: Any = json.loads(read_bounded(_memo_path(settings, job_id), "memo", limit=1 << 20)[0])
         chain = data["chain"]
         chain["manifest_job_ids"] = tuple(chain.get("manifest_job_ids") or ())
         chain["manifest_submitted"] = tuple(
@@ -375,7 +373,7 @@ def _recall(settings: WatchSettings, job_id: str) -> Target | None:
         )
         ref = ChainRef(**chain)
         target = Target(ref, tuple(data["cycle_globs"]), data["checkpoint_file"], "")
-    except (OSError, ValueError, KeyError, TypeError):
+    except (InputError, ValueError, KeyError, TypeError, RecursionError):
         return None
     if ref.resolved_from == "manifest" and ref.work_dir is not None:
         with contextlib.suppress(WatchError):

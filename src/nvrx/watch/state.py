@@ -6,6 +6,7 @@ fresh instead of stopping observation.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import math
@@ -15,7 +16,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from nvrx.files import write_atomic
+from nvrx.files import InputError, read_bounded, write_atomic
 
 SCHEMA = 1
 _ADVANCES_KEPT = 12
@@ -109,10 +110,12 @@ class WatchState:
 
 def load_state(path: Path) -> WatchState:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return WatchState()
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = json.loads(read_bounded(path, "state file", limit=16 << 20)[0])
+    except InputError as exc:
+        if getattr(exc, "errno", None) == errno.ENOENT:
+            return WatchState()
+        return WatchState(note=f"{exc}; starting fresh")
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         return WatchState(note=f"state file {path} unreadable ({exc}); starting fresh")
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         return WatchState(note=f"state file {path} has another schema; starting fresh")

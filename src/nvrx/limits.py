@@ -1,0 +1,16 @@
+"""Numbers read from text that nvrx did not write (logs, analyser output, dumps): no rank,
+task, iteration or node count has more than `MAX_DIGITS` digits, and Python refuses to turn a
+string of more than 4,300 digits into a number at all. A longer run of digits is text, not a
+number (README, "Reliability")."""
+
+from __future__ import annotations
+
+MAX_DIGITS = 9
+
+
+def small_int(digits: str) -> int | None:
+    """`digits` (an optional sign, then 0-9) as a number, or None when it has more than
+    MAX_DIGITS digits."""
+    if len(digits.lstrip("+-")) > MAX_DIGITS:
+        return None
+    return int(digits)
