@@ -19,6 +19,7 @@ from nvrx.watch.detectors import DETECTORS, degraded, run_detectors
 from nvrx.watch.model import (
     ChainRef,
     Checkpoint,
+    CounterDrop,
     CycleInfo,
     Finding,
     Generation,
@@ -27,6 +28,7 @@ from nvrx.watch.model import (
     Snapshot,
     TaskZeroEnding,
 )
+from nvrx.watch.state import WatchState
 
 NOW = datetime(2025, 2, 5, 14, 0, tzinfo=UTC)
 JOB = "100"
@@ -728,6 +730,38 @@ def test_a_blind_pass_claims_nothing_about_the_chain_but_does_not_look_healthy()
     assert degraded(s)
 
 
+# --- counter_regressed ---------------------------------------------------------------------------
+
+
+def test_counters_that_went_back_are_reported_until_they_are_high_again() -> None:
+    state = WatchState()
+    five = [cycle(n, 600 - 60 * n) for n in range(6)]
+    assert state.see_counters(250, five) == []
+    # The checkpoint rolled back and cycle files 4 and 5 vanished.
+    drops = state.see_counters(5, five[:4])
+    assert drops == [
+        CounterDrop("checkpoint", "iteration", 250, 5),
+        CounterDrop("cycle", f"{JOB}.0", 5, 3),
+    ]
+    found = run_detectors(replace(snap(five[:4]), counter_drops=tuple(drops)), DEFAULT)
+    regressed = [f for f in found if f.detector == "counter_regressed"]
+    assert [f.summary for f in regressed] == [
+        "checkpoint iteration went back from 250 to 5",
+        f"cycle number of {JOB}.0 went back from 5 to 3",
+    ]
+    assert all(f.severity is Severity.WARNING for f in regressed)
+    # Still below the highs: still reported; at them again: silent.
+    assert len(state.see_counters(40, five[:5])) == 2
+    assert state.see_counters(250, five) == []
+
+
+def test_a_new_generation_or_attempt_is_not_a_counter_going_back() -> None:
+    state = WatchState()
+    assert state.see_counters(100, [cycle(n, 900 - 60 * n) for n in range(4)]) == []
+    later = [cycle(0, 60, job="101"), cycle(0, 30, attempt=1)]
+    assert state.see_counters(120, later) == []  # job 100's attempt 0 is gone: forgotten
+
+
 # --- registry and run_detectors ----------------------------------------------------------------
 
 
@@ -743,6 +777,7 @@ def test_the_registry_lists_the_catalogue_in_order() -> None:
         "restart_budget_low",
         "spares_exhausted",
         "suspect_node",
+        "counter_regressed",
         "watch_blind",
     ]
 
@@ -795,6 +830,8 @@ def test_every_finding_explains_itself() -> None:
     found += run_detectors(snap([cycle(4, 3600, None)]), DEFAULT)
     found += run_detectors(snap(platform=queue(), chain=EXPECTED), DEFAULT)
     found += run_detectors(snap(platform=churn(1, 2, 3, 4)), DEFAULT)
+    drop = CounterDrop("checkpoint", "iteration", 250, 5)
+    found += run_detectors(replace(snap(), counter_drops=(drop,)), DEFAULT)
     assert {f.detector for f in found} == set(DETECTORS)
     for f in found:
         assert f.summary and "\n" not in f.summary, f

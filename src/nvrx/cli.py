@@ -24,6 +24,7 @@ from nvrx.config import (
     load_config,
     parse_assignments,
 )
+from nvrx.display import printable
 from nvrx.files import InputError, set_input_limit
 
 app = typer.Typer(
@@ -80,8 +81,8 @@ def _note_duplicates(duplicates: Sequence[str]) -> None:
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    """One line on stderr, non-zero exit."""
-    stderr.print(f"nvrx: error: {message}", markup=False)
+    """One line on stderr, non-zero exit (whatever names and values the message quotes)."""
+    stderr.print(f"nvrx: error: {printable(message)}", markup=False)
     raise typer.Exit(code)
 
 
@@ -394,7 +395,7 @@ def watch_cmd(
 
     def blind(message: str) -> int:
         """A pass that saw nothing: one line (and a JSON object with --json), exit 1."""
-        stderr.print(f"nvrx: watch: {message}", markup=False)
+        stderr.print(f"nvrx: watch: {printable(message)}", markup=False)
         if as_json:
             doc = {"schema": JSON_SCHEMA, "exit_code": 1, "degraded": True, "error": message}
             sys.stdout.write(json.dumps(doc) + "\n")
@@ -529,7 +530,7 @@ def inject_loop_cmd(
     from nvrx.slurm import Slurm, SlurmError, SlurmValueError
 
     def warn(message: str) -> None:
-        stderr.print(f"nvrx: warning: {message}", markup=False)
+        stderr.print(f"nvrx: warning: {printable(message)}", markup=False)
 
     reanalyze = reanalyze.resolve() if reanalyze is not None else None
     rerun_failing = rerun_failing.resolve() if rerun_failing is not None else None
@@ -666,7 +667,7 @@ def inject_loop_cmd(
         campaign.analyst.close()
         _finish_report(session.dir, as_json)
     if outcome.error:
-        stderr.print(f"nvrx: error: {outcome.error}", markup=False)
+        stderr.print(f"nvrx: error: {printable(outcome.error)}", markup=False)
         raise typer.Exit(1)
     if outcome.interrupted:
         raise typer.Exit(130)
@@ -694,7 +695,7 @@ def analyze_fr_cmd(
     except fr.FrError as exc:
         fail(str(exc))
     for note in result.notes:
-        stderr.print(f"note: {note}", markup=False)
+        stderr.print(f"note: {printable(note)}", markup=False)
     if as_json:
         sys.stdout.write(json.dumps(fr.to_json(result), indent=2) + "\n")
     else:
@@ -816,7 +817,7 @@ def _open_session(directory: Path, force: bool) -> tuple[Any, Any]:
     session = Session.open(directory)
     state = session.state(force=force)
     for note in state.notes(session.journal.path):
-        stderr.print(f"nvrx: warning: {note}", markup=False)
+        stderr.print(f"nvrx: warning: {printable(note)}", markup=False)
     return session, state
 
 
@@ -1015,7 +1016,7 @@ def score_cmd(
         judges = build_judges(
             specs,
             cfg,
-            warn=lambda m: stderr.print(f"nvrx: warning: {m}", markup=False),
+            warn=lambda m: stderr.print(f"nvrx: warning: {printable(m)}", markup=False),
         )
     except (ScoreError, PoolError) as exc:  # PoolError: a session's journal that is damaged
         fail(str(exc))
@@ -1024,7 +1025,7 @@ def score_cmd(
     label = judge_label(judges)
     for j in judges:
         for note in j.notes if j is not None else []:
-            stderr.print(f"note: {note}", markup=False)
+            stderr.print(f"note: {printable(note)}", markup=False)
     summary = report.summarise(verdicts, thresholds)
     given_files = [p for p in (log_path,) if p is not None] + [
         Path(v[1:]) for v in (log_output, fr_output) if v.startswith("@")
@@ -1058,10 +1059,10 @@ def main() -> None:
         where = f"{ctx.command_path}: " if ctx is not None else ""
         message = " ".join(exc.format_message().split())
         if message:  # empty for `nvrx` alone, which has printed the help already
-            stderr.print(f"nvrx: error: {where}{message} (see --help)", markup=False)
+            stderr.print(f"nvrx: error: {printable(where + message)} (see --help)", markup=False)
         sys.exit(exc.exit_code)
     except InputError as exc:  # an input over its cap or unreadable, wherever it was read
-        stderr.print(f"nvrx: error: {exc}", markup=False)
+        stderr.print(f"nvrx: error: {printable(str(exc))}", markup=False)
         sys.exit(2)
     except (KeyboardInterrupt, typer.Abort):
         stderr.print("nvrx: interrupted", markup=False)

@@ -387,6 +387,9 @@ class ScoreSettings(_Section):
     api_key_file: OptionalPath = Field(None, description="file holding the judge API key")
     segment_size: int = Field(32, ge=1, description="FR segment size")
     max_tokens: int = Field(1024, ge=16, description="judge answer token limit")
+    max_reply_bytes: int = Field(
+        1 << 20, ge=1024, le=1 << 30, description="largest judge reply read (bytes)"
+    )
     temperature: float = Field(0.0, ge=0)
     concurrency: int = Field(4, ge=1, le=256, description="judge requests in flight")
     request_timeout: PositiveSeconds = Field(120.0, description="one judge request (s)")
@@ -459,7 +462,8 @@ def is_secret(info: FieldInfo) -> bool:
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
     """A command line fit for a manifest or journal: the value of every secret setting given
-    as `KEY=VALUE` (after `--set`, or as `--set=KEY=VALUE`) is replaced by HIDDEN."""
+    as `KEY=VALUE` (after `--set`, or as `--set=KEY=VALUE`) is replaced by HIDDEN, and so is
+    the password of every URL (`--base-url https://user:pw@host`)."""
     secret_keys = {key for key, info in FIELDS.items() if is_secret(info)}
     out: list[str] = []
     for arg in argv:
@@ -467,18 +471,68 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
         key, sep, _ = assignment.partition("=")
         if sep and key.strip() in secret_keys:
             arg = f"{flag}{eq}{key}={HIDDEN}"
-        out.append(arg)
+        out.append(redact_urls(arg))
     return out
 
 
+# `scheme://user:password@`: bounded, so a long line without `@` costs one pass. Then the
+# query parameters that carry credentials by convention.
+_URL_PASSWORD = re.compile(r"(://[^\s/@:]{0,256}:)[^\s/@]{1,1024}@")
+_URL_TOKEN = re.compile(
+    r"([?&](?:api[_-]?key|apikey|key|token|access_token|auth|secret|password|sig|signature)=)"
+    r"[^&#\s]{1,2048}",
+    re.IGNORECASE,
+)
+
+
+def redact_urls(text: str) -> str:
+    """`text` with the password of every URL in it, and credential query parameters
+    (`?token=...`), replaced by HIDDEN."""
+    if "://" not in text and "=" not in text:
+        return text
+    text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}{HIDDEN}@", text)
+    return _URL_TOKEN.sub(lambda m: f"{m.group(1)}{HIDDEN}", text)
+
+
 def redact_text(text: str, secrets: Iterable[str]) -> str:
-    """`text` with every secret in it replaced by HIDDEN: servers, models and analysers may
-    echo what they were given. Values under 4 characters are left: masking them would blank
-    ordinary words, and they protect nothing."""
-    for secret in secrets:
+    """`text` with every secret in it, and every URL password, replaced by HIDDEN: servers,
+    models and analysers may echo what they were given. Values under 4 characters are left:
+    masking them would blank ordinary words, and they protect nothing. Longer secrets are
+    masked first, so one that contains another is masked whole."""
+    for secret in sorted(set(secrets), key=len, reverse=True):
         if len(secret) >= 4:
             text = text.replace(secret, HIDDEN)
-    return text
+    return redact_urls(text)
+
+
+# Environment variables whose values are credentials by their name's convention: masked in
+# whatever nvrx writes, though no setting reads them (an analyser or server may echo them).
+_SECRET_ENV_SUFFIXES = ("API_KEY", "_TOKEN", "_SECRET", "PASSWORD")
+
+
+def secret_env_values(environ: Mapping[str, str]) -> list[str]:
+    """The values of credential-named environment variables (`*API_KEY`, `*_TOKEN`, ...)."""
+    return [
+        value
+        for name, value in environ.items()
+        if name.upper().endswith(_SECRET_ENV_SUFFIXES) and value.strip()
+    ]
+
+
+def known_secrets(config: NvrxConfig, environ: Mapping[str, str]) -> list[str]:
+    """Every secret this run knows: the secret settings, the passwords of URL settings, and
+    credential-named environment variables."""
+    out = secret_env_values(environ)
+    for key, info in FIELDS.items():
+        section, name = key.split(".", 1)
+        value = getattr(getattr(config, section), name)
+        if is_secret(info) and value is not None:
+            out.append(value.get_secret_value())
+        elif isinstance(value, str) and "://" in value:
+            password = urlsplit(value).password
+            if password:
+                out.append(password)
+    return out
 
 
 def canonical_env_name(key: str) -> str:
@@ -627,6 +681,8 @@ class LoadedConfig:
             value = dumped[section][name]
             if is_secret(info) and value is not None:
                 value = HIDDEN
+            elif isinstance(value, str):
+                value = redact_urls(value)
             rows.append((key, value, self.origins[key]))
         return rows
 
@@ -944,7 +1000,8 @@ def parse_env_file(text: str, environ: Mapping[str, str], source: str = "<env fi
         where = f"{source} line {lineno}"
         m = _ASSIGN_RE.match(line)
         if m is None:
-            raise ConfigError(f"{where}: expected KEY=VALUE, got {line[:60]!r}")
+            # The name only: a malformed line may well hold a key (`JUDGE_API_KEY = sk-...`).
+            raise ConfigError(f"{where}: expected KEY=VALUE, got {_short(line.split('=')[0], 40)}")
         name = m.group(1)
         value = _Expander(lookup, where).value(m.group(2))
         assigned[name] = value
@@ -1060,7 +1117,7 @@ def _describe_validation_error(exc: ValidationError, layered: Layered) -> str:
 
 def _short(text: str, limit: int = 80) -> str:
     """A value for a one-line message: quoted, control characters escaped, and cut."""
-    shown = repr(text)
+    shown = repr(redact_urls(text))
     return shown if len(shown) <= limit else f"{shown[: limit - 4]}...{shown[0]}"
 
 
@@ -1071,8 +1128,9 @@ def parse_assignments(items: Sequence[str], flag: str = "--set") -> dict[str, tu
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise ConfigError(f"{flag} expects SECTION.KEY=VALUE, got {item!r}")
+            raise ConfigError(f"{flag} expects SECTION.KEY=VALUE, got {_short(item)}")
         if key not in FIELDS:
-            raise ConfigError(f"unknown key {key!r} (from {flag} {item})")
+            # Not the value: a mistyped secret key (`score.apikey=...`) must not print the secret.
+            raise ConfigError(f"unknown key {key[:80]!r} (from {flag})")
         out[key] = (value, f"{flag} {key}")
     return out

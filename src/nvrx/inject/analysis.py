@@ -20,13 +20,13 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from nvrx.config import NvrxConfig, redact_text
+from nvrx.config import NvrxConfig, known_secrets, redact_text, secret_env_values
 from nvrx.files import InputError, decode_text, read_bounded, read_text, write_atomic
 from nvrx.inject.pool import PoolError
 from nvrx.inject.session import Record, Session
@@ -82,7 +82,10 @@ def builtin_fr_analyzer(checkpoints: Path, pattern: str) -> tuple[str, dict[str,
     return fr.table(result), fr.to_json(result)
 
 
-def _run(argv: list[str], cwd: Path, timeout: float, what: str) -> str:
+def _run(argv: list[str], cwd: Path, timeout: float, what: str, secrets: Sequence[str]) -> str:
+    """An external analyser's output, its secrets masked (it may echo the key it read): the
+    run's `secrets` and, always, the credential variables of the environment it inherits."""
+    secrets = [*secrets, *secret_env_values(os.environ)]
     # Its output goes to files read back through the bounded reader: an analyser that prints
     # without end must not take the driver's memory with it.
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -103,18 +106,19 @@ def _run(argv: list[str], cwd: Path, timeout: float, what: str) -> str:
         # The tail goes into the verdict's reason and the reports: an analyser that echoes the
         # key it read from the environment must not publish it there. Masked before it is cut,
         # so a key across the cut cannot leave its first part behind.
-        keys = [value for name, value in os.environ.items() if name.endswith("API_KEY")]
         last = " ".join(stderr.strip().splitlines()[-1:])
-        tail = redact_text(last, keys)[:200]
+        tail = redact_text(last, secrets)[:200]
         raise AnalysisError(f"{what} exited {proc.returncode}: {tail}")
-    return stdout
+    return redact_text(stdout, secrets)
 
 
 def _read_output(handle: IO[bytes], what: str) -> str:
     return decode_text(read_bounded(f"/proc/self/fd/{handle.fileno()}", what)[0])
 
 
-def logsage_analyzer(script: Path, model: str, base_url: str, timeout: float) -> LogAnalyzer:
+def logsage_analyzer(
+    script: Path, model: str, base_url: str, timeout: float, secrets: Sequence[str] = ()
+) -> LogAnalyzer:
     """Upstream's log analyser, read by substring (its stdout is a repr, inject-loop.md §9.1).
     It runs in the experiment's analysis/ dir: its side-effect file lands there, not in a
     shared temp dir where concurrent runs clobber each other."""
@@ -124,13 +128,13 @@ def logsage_analyzer(script: Path, model: str, base_url: str, timeout: float) ->
             sys.executable, str(script), "--log-path", str(analysis_dir / STRIPPED_LOG),
             "--model", model, "--base_url", base_url, "--emit-stdout", "--exclude_nvrx_logs",
         ]  # fmt: skip
-        text = _run(argv, analysis_dir, timeout, "logsage")
+        text = _run(argv, analysis_dir, timeout, "logsage", secrets)
         return text, attribution_json(text)
 
     return analyze
 
 
-def upstream_fr_analyzer(timeout: float) -> FrAnalyzer:
+def upstream_fr_analyzer(timeout: float, secrets: Sequence[str] = ()) -> FrAnalyzer:
     def analyze(checkpoints: Path, pattern: str) -> tuple[str, dict[str, Any]]:
         if not checkpoints.is_dir():  # no dump directory: nothing to analyse (not a failure)
             return NO_DUMPS, {"ranks": [], "source": "nvrx-fr"}
@@ -140,7 +144,7 @@ def upstream_fr_analyzer(timeout: float) -> FrAnalyzer:
         ]  # fmt: skip
         # Unlike upstream, which reads a crash as `no_dumps`: a failed analyser makes the
         # experiment unscored (AnalysisError). Only an empty answer means no dumps.
-        text = _run(argv, checkpoints, timeout, "nvrx-fr").strip()
+        text = _run(argv, checkpoints, timeout, "nvrx-fr", secrets).strip()
         ranks = sorted(fr_ranks(text))
         return (text or NO_DUMPS), {"ranks": ranks, "source": "nvrx-fr"}
 
@@ -176,6 +180,7 @@ class Analyzers:
         """The configured analyzers; an external one that is not installed is an error now,
         not at the first experiment's end."""
         inj = config.inject
+        secrets = tuple(known_secrets(config, os.environ))
         log: LogAnalyzer = builtin_log_analyzer
         fr: FrAnalyzer = builtin_fr_analyzer
         if inj.log_analyzer == "logsage":
@@ -190,13 +195,14 @@ class Analyzers:
                 inj.log_analysis_model or inj.llm_model,
                 inj.log_analysis_base_url or inj.llm_base_url,
                 inj.analysis_timeout,
+                secrets,
             )
         if inj.fr_analyzer == "nvrx-fr":
             if importlib.util.find_spec("nvidia_resiliency_ext") is None:
                 raise PoolError(
                     "inject.fr_analyzer=nvrx-fr needs the nvidia-resiliency-ext package installed"
                 )
-            fr = upstream_fr_analyzer(inj.analysis_timeout)
+            fr = upstream_fr_analyzer(inj.analysis_timeout, secrets)
         return cls(
             log,
             fr,

@@ -59,6 +59,8 @@ class VerdictCache:
     def get(self, key: str) -> CachedAnswer | None:
         try:
             doc = json.loads(read_bounded(self._path(key), "cached verdict", limit=1 << 20)[0])
+            if doc.get("masked") is not True:
+                return None  # written before answers were masked: may hold a secret in clear
             return CachedAnswer(Answer.model_validate(doc["answer"]), Usage(**doc["usage"]))
         except (InputError, ValueError, KeyError, TypeError, RecursionError, ValidationError):
             return None  # absent or damaged: ask again (and overwrite)
@@ -69,6 +71,7 @@ class VerdictCache:
             **identity,
             "prompt_version": PROMPT_VERSION,
             "answer": answer.model_dump(),
+            "masked": True,  # the caller masked the answer's secrets (LlmJudge does)
             "usage": usage.model_dump(),
         }
         # Atomic: concurrent runs sharing a cache never read half a file.

@@ -17,6 +17,7 @@ The API key goes in the Authorization header only; it is never in a message, rea
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -43,6 +44,9 @@ class Endpoint:
     base_url: str
     model: str
     api_key: SecretStr | None = field(default=None, repr=False)
+    # Every other secret the run knows (other keys, credential variables): a model may echo
+    # what a log excerpt showed it.
+    secrets: tuple[str, ...] = field(default=(), repr=False)
 
     @property
     def url(self) -> str:
@@ -61,7 +65,7 @@ class Endpoint:
         secrets = [self.api_key.get_secret_value()] if self.api_key is not None else []
         parts = urlsplit(self.base_url)
         secrets += [p for p in (parts.password, parts.username) if p]
-        return redact_text(text, secrets)
+        return redact_text(text, [*secrets, *self.secrets])
 
 
 class JudgeFailure(Exception):
@@ -95,26 +99,47 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
-def _error_text(response: httpx.Response) -> str:
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    """One HTTP answer, its body read in full (within the reply cap)."""
+
+    status: int
+    headers: httpx.Headers
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class _ReplyTooLarge(Exception):
+    pass
+
+
+def _error_text(reply: _Reply, redact: Callable[[str], str]) -> str:
+    """The server's error message, one line, its secrets masked before it is cut (a key across
+    the cut would otherwise leave its first characters behind)."""
     try:
-        doc = response.json()
-    except ValueError:
-        text = response.text
+        doc = reply.json()
+    except (ValueError, RecursionError):
+        text = reply.body.decode("utf-8", errors="replace")
     else:
         message = doc.get("error", doc) if isinstance(doc, dict) else doc
         if isinstance(message, dict):
             message = message.get("message", message)
-        text = str(message)
-    return " ".join(text.split())[:200]
+        try:
+            text = str(message)
+        except ValueError:  # holds an integer too long to print
+            text = type(message).__name__
+    return " ".join(redact(text).split())[:200]
 
 
 _FORMAT_WORDS = ("response_format", "json_schema", "json_object", "schema", "grammar", "format")
 
 
-def _about_format(response: httpx.Response) -> bool:
+def _about_format(reply: _Reply) -> bool:
     """Whether a 400/422 rejects the response_format (step down) rather than the request
     itself, e.g. a prompt over the context length (fail with the server's message)."""
-    text = _error_text(response).lower()
+    text = _error_text(reply, lambda t: t).lower()
     return any(word in text for word in _FORMAT_WORDS)
 
 
@@ -124,6 +149,7 @@ class LlmJudge:
         endpoint: Endpoint,
         *,
         max_tokens: int = 1024,
+        max_reply_bytes: int = 1 << 20,
         temperature: float = 0.0,
         timeout: float = 120.0,
         retry: RetryPolicy | None = None,
@@ -135,6 +161,7 @@ class LlmJudge:
     ) -> None:
         self.endpoint = endpoint
         self.max_tokens = max_tokens
+        self.max_reply_bytes = max_reply_bytes
         self.temperature = temperature
         self.timeout = timeout
         self.retry = retry or RetryPolicy(deadline=600.0, max_retries=6)
@@ -229,6 +256,9 @@ class LlmJudge:
                     continue
                 break
         self.usage += usage
+        # Masked before it is cached: a later run (another key, another user of a shared cache)
+        # replays the cached notes as they are.
+        answer = answer.model_copy(update={"notes": self.endpoint.redact(answer.notes)})
         if self.cache is not None:
             try:
                 self.cache.put(
@@ -265,7 +295,7 @@ class LlmJudge:
             status="scored",
             judge=self.name,
             model=self.endpoint.model,
-            notes=self.endpoint.redact(answer.notes),
+            notes=self.endpoint.redact(answer.notes),  # again: a cached answer from elsewhere
             fr_label_answered=answered,
             latency_s=latency,
             usage=usage,
@@ -313,13 +343,15 @@ class LlmJudge:
             retry_after: float | None = None
             usage += Usage(requests=1)
             try:
-                response = await client.post(
-                    self.endpoint.url,
-                    json=self._body(messages),
-                    headers=self._headers(),
-                    timeout=timeout,
-                )
-            except httpx.TimeoutException:
+                # A total deadline per request: httpx's timeouts are per read, and a server
+                # that sends a byte every few seconds would never trip them.
+                reply = await asyncio.wait_for(self._post(client, messages, timeout), timeout)
+            except _ReplyTooLarge:
+                cap = self.max_reply_bytes
+                raise JudgeFailure(
+                    f"the reply is larger than {cap} bytes (score.max_reply_bytes)", usage
+                ) from None
+            except (httpx.TimeoutException, TimeoutError):
                 problem = f"no answer within {timeout:g} s"
                 # A busy server (a local one with fewer slots than our requests in flight)
                 # queues work: resending it with the same timeout would only cancel and
@@ -328,9 +360,9 @@ class LlmJudge:
             except httpx.TransportError as exc:
                 problem = f"cannot reach {self.endpoint.display} ({type(exc).__name__})"
             else:
-                status = response.status_code
+                status = reply.status
                 if status == 200:
-                    completion = self._read(response)
+                    completion = self._read(reply)
                     if completion is not None:
                         completion.usage = completion.usage + usage
                         return completion
@@ -342,12 +374,13 @@ class LlmJudge:
                     )
                 elif status == 429 or status >= 500:
                     problem = f"HTTP {status}"
-                    retry_after = retry_after_seconds(response.headers.get("Retry-After"))
-                elif status in (400, 422) and fmt != "text" and _about_format(response):
+                    retry_after = retry_after_seconds(reply.headers.get("Retry-After"))
+                elif status in (400, 422) and fmt != "text" and _about_format(reply):
                     self._step_down(fmt, status)
                     continue
                 else:
-                    raise JudgeFailure(f"HTTP {status}: {_error_text(response)}", usage)
+                    text = _error_text(reply, self.endpoint.redact)
+                    raise JudgeFailure(f"HTTP {status}: {text}", usage)
             failures += 1
             if policy.exhausted(failures):
                 raise JudgeFailure(f"{problem}; gave up after {failures} attempt(s)", usage)
@@ -371,10 +404,29 @@ class LlmJudge:
                 f"using {self.response_format}"
             )
 
+    async def _post(
+        self, client: httpx.AsyncClient, messages: list[dict[str, str]], timeout: float
+    ) -> _Reply:
+        """POST one request; the reply's body is read up to `max_reply_bytes` (decoded, so a
+        compressed bomb stops there too)."""
+        body = bytearray()
+        async with client.stream(
+            "POST",
+            self.endpoint.url,
+            json=self._body(messages),
+            headers=self._headers(),
+            timeout=timeout,
+        ) as response:
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > self.max_reply_bytes:
+                    raise _ReplyTooLarge
+            return _Reply(response.status_code, response.headers, bytes(body))
+
     @staticmethod
-    def _read(response: httpx.Response) -> _Completion | None:
+    def _read(reply: _Reply) -> _Completion | None:
         try:
-            doc = response.json()
+            doc = reply.json()
             choice = doc["choices"][0]
             content = choice["message"].get("content") or ""
             finish = choice.get("finish_reason")
@@ -383,7 +435,7 @@ class LlmJudge:
                 prompt_tokens=int(raw_usage.get("prompt_tokens") or 0),
                 completion_tokens=int(raw_usage.get("completion_tokens") or 0),
             )
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError):
             return None
         if not isinstance(content, str):
             return None

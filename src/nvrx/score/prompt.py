@@ -94,23 +94,72 @@ class AnswerError(ValueError):
     """The judge's text is not a valid answer; the message says why, briefly."""
 
 
-_FENCE = re.compile(r"^\s*```(?:json)?\s*|\s*```\s*$", re.IGNORECASE)
+def _unfence(text: str) -> str:
+    r"""The text inside a ```json ... ``` fence (string operations: a regex with `\s*` at both
+    ends is quadratic on a long run of spaces)."""
+    text = text.strip()
+    if text[:3] == "```":
+        text = text[3:]
+        if text[:4].lower() == "json":
+            text = text[4:]
+    return text.removesuffix("```").strip()
+
+
+_BRACES = re.compile(r'[{}"\\\n]')
+# Balanced {...} spans parsed at most: a real answer has a few; junk must not cost more.
+MAX_CANDIDATES = 64
 
 
 def _json_objects(text: str) -> list[Any]:
-    """Every top-level JSON object embedded in free text, in order."""
-    decoder = json.JSONDecoder()
-    found = []
-    i = text.find("{")
-    while i >= 0:
-        try:
-            value, end = decoder.raw_decode(text, i)
-        except json.JSONDecodeError:
-            i = text.find("{", i + 1)
+    """Every top-level JSON object embedded in free text, in order.
+
+    One scan pairs the braces (outside JSON strings); the balanced spans are then parsed in
+    order, outermost first: one that parses hides the spans inside it, one that does not lets
+    them be tried. At most MAX_CANDIDATES parses: linear in the text, whatever it holds."""
+    found: list[Any] = []
+    covered = -1
+    attempts = 0
+    for start, end in _brace_pairs(text):
+        if start < covered:
             continue
-        found.append(value)
-        i = text.find("{", end)
+        if attempts == MAX_CANDIDATES:
+            break
+        attempts += 1
+        try:
+            found.append(json.loads(text[start:end]))
+        except (ValueError, RecursionError):
+            continue
+        covered = end
     return found
+
+
+def _brace_pairs(text: str) -> list[tuple[int, int]]:
+    """(start, end) of every matched `{...}`, by start. Quotes count only inside braces (prose
+    has apostrophes and quotes of its own), and a newline ends a string (JSON strings hold
+    none): a stray quote cannot hide the rest of the answer."""
+    stack: list[int] = []
+    pairs: list[tuple[int, int]] = []
+    in_string = False
+    escaped = -1  # the index a backslash in a string escapes
+    for m in _BRACES.finditer(text):
+        ch, at = m.group(), m.start()
+        if at == escaped:
+            continue
+        if ch == "\n":
+            in_string = False
+        elif in_string:
+            if ch == "\\":
+                escaped = at + 1
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = bool(stack)
+        elif ch == "{":
+            stack.append(at)
+        elif ch == "}" and stack:
+            pairs.append((stack.pop(), m.end()))
+    pairs.sort()
+    return pairs
 
 
 _THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
@@ -121,11 +170,11 @@ def parse_answer(text: str) -> Answer:
     (`<think>...</think>`) is dropped, and of several objects the last valid one wins: drafts
     come first, the final answer last. Raises AnswerError naming the problem."""
     text = _THINK.sub("", text)
-    stripped = _FENCE.sub("", text.strip())
+    stripped = _unfence(text)
     candidates: list[Any]
     try:
         candidates = [json.loads(stripped)]
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         candidates = _json_objects(text)
     if not candidates:
         snippet = " ".join(text.split())[:80]

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
-from nvrx.config import NvrxConfig
+from nvrx.config import NvrxConfig, known_secrets, redact_urls
 from nvrx.files import InputError, read_bounded
 from nvrx.retry import RetryPolicy
 from nvrx.score.cache import VerdictCache
@@ -136,7 +136,8 @@ def build_judges(
     if any(spec.kind == "llm" for spec in specs):
         key = resolve_api_key(config, home or Path(os.path.expanduser("~")), warn)
         if key is None and not is_loopback(url):
-            raise ScoreError(f"no API key for the judge at {url}: set {KEY_SOURCES}")
+            shown = redact_urls(url)
+            raise ScoreError(f"no API key for the judge at {shown}: set {KEY_SOURCES}")
     s = config.score
     cache = VerdictCache(Path(s.cache_dir)) if s.cache else None
     for spec in specs:
@@ -145,8 +146,9 @@ def build_judges(
             continue
         judges.append(
             LlmJudge(
-                Endpoint(url, spec.model or s.model, key),
+                Endpoint(url, spec.model or s.model, key, tuple(known_secrets(config, os.environ))),
                 max_tokens=s.max_tokens,
+                max_reply_bytes=s.max_reply_bytes,
                 temperature=s.temperature,
                 timeout=s.request_timeout,
                 retry=RetryPolicy(

@@ -78,7 +78,9 @@ REASON_SYMLINK = "symlink (not followed)"
 REASON_BAD_NAME = "name is not cycle_info.<job>.<attempt>.<cycle>"
 ROUTINE_SKIP_REASONS = frozenset({REASON_CURRENT, REASON_TMP})
 # Entries that are not cycle files at all: skipping them says nothing about the cycle files.
-NOT_CYCLE_FILE_REASONS = ROUTINE_SKIP_REASONS | {REASON_SYMLINK, REASON_BAD_NAME}
+# A symlink named like a cycle file is not one of them: a directory of nothing but such links is
+# a directory whose cycle files cannot be read (they are never followed).
+NOT_CYCLE_FILE_REASONS = ROUTINE_SKIP_REASONS | {REASON_BAD_NAME}
 
 
 class CycleParseError(ValueError):
@@ -661,11 +663,11 @@ def _read_one(
     name = entry.name
     if name.endswith((".tmp", ".current")):
         raise _Skip(REASON_TMP if name.endswith(".tmp") else REASON_CURRENT)
-    if entry.is_symlink():
-        raise _Skip(REASON_SYMLINK)
     m = _NAME_RE.match(name)
     if m is None:
         raise _Skip(REASON_BAD_NAME)
+    if entry.is_symlink():  # named like a cycle file: one that cannot be used
+        raise _Skip(REASON_SYMLINK)
     try:
         st = entry.stat(follow_symlinks=False)
     except OSError as exc:

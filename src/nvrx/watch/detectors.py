@@ -809,6 +809,49 @@ def watch_blind(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     ]
 
 
+def counter_regressed(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
+    """A counter that only grows went down: the checkpoint iteration, or a generation's cycle
+    number, is below the highest this watcher saw (a warning while it stays below).
+
+    Rolled-back checkpoints and removed or rewritten cycle files change what every other
+    detector concludes (stall windows, storm counts), so they are said, not absorbed.
+    """
+    chain = _chain_label(snap.chain)
+    out = []
+    for drop in snap.counter_drops:
+        if drop.counter == "checkpoint":
+            what = f"checkpoint iteration went back from {drop.before} to {drop.after}"
+            runbook = (
+                "Check whether the latest checkpoint was removed or a run restarted from an "
+                "older one, and that no other run writes this checkpoint-iteration file"
+            )
+            key = f"nvrx-counter-regressed-checkpoint-{chain}"
+        else:
+            what = f"cycle number of {drop.scope} went back from {drop.before} to {drop.after}"
+            runbook = (
+                "Check whether cycle-info files were deleted or rewritten, and that no other "
+                "job writes into this generation's cycle-info directory"
+            )
+            key = f"nvrx-counter-regressed-cycle-{drop.scope}"
+        out.append(
+            Finding(
+                detector="counter_regressed",
+                severity=Severity.WARNING,
+                key=key,
+                summary=what,
+                detail="it stays reported until the counter is back at its highest value",
+                runbook=runbook,
+                evidence={
+                    "counter": drop.counter,
+                    "scope": drop.scope,
+                    "before": drop.before,
+                    "after": drop.after,
+                },
+            )
+        )
+    return out
+
+
 # --- registry ----------------------------------------------------------------------------------
 
 DETECTORS: dict[str, Detector] = {
@@ -824,6 +867,7 @@ DETECTORS: dict[str, Detector] = {
     "restart_budget_low": restart_budget_low,
     "spares_exhausted": spares_exhausted,
     "suspect_node": suspect_node,
+    "counter_regressed": counter_regressed,
     # §5.3 observer findings
     "watch_blind": watch_blind,
 }

@@ -157,6 +157,19 @@ class ChainRef:
     resolved_from: str = ""  # "manifest", "batch script", "work dir", "flags"
 
 
+@dataclass(frozen=True, slots=True)
+class CounterDrop:
+    """A counter that only ever grows was seen lower than before: the checkpoint iteration
+    (`counter="checkpoint"`), or a generation attempt's highest cycle number (`"cycle"`, scope
+    `<job>.<attempt>`): a checkpoint rolled back, cycle files removed or rewritten, or another
+    run writing into this one's files."""
+
+    counter: str
+    scope: str
+    before: int
+    after: int
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """Everything one pass observed. `platform` is None with `--platform none`."""
@@ -172,6 +185,7 @@ class Snapshot:
     # Why the cycle-info location could not be read (missing, unreadable): a pass that cannot
     # see the cycle files is as blind as one that cannot see Slurm.
     cycles_blind: str | None = None
+    counter_drops: tuple[CounterDrop, ...] = ()  # against the highest values the state saw
 
     @property
     def latest(self) -> CycleInfo | None:

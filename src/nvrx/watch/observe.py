@@ -190,6 +190,7 @@ def observe(
     checkpoint = read_checkpoint(
         target.checkpoint_path(current), state, now, target.chain.save_interval_iterations
     )
+    drops = state.see_counters(None if checkpoint.error else checkpoint.value, cycles)
     platform = observe_platform(target, slurm, settings, now) if slurm is not None else None
     return Snapshot(
         observed_at=now,
@@ -203,6 +204,7 @@ def observe(
         notes=(f"cycle cache: {stats.cache_error}",) if stats.cache_error else (),
         cycles_blind=_blind_location(target, skipped)
         or _blind_reader(cycles, skipped, stats.unreadable + len(future)),
+        counter_drops=tuple(drops),
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from nvrx.display import printable
 from nvrx.slurm.hostlist import compress
 from nvrx.watch.model import Severity
 from nvrx.watch.run import EXIT_CRITICAL, EXIT_DEGRADED, PassResult
@@ -128,7 +129,7 @@ def print_pass(result: PassResult, out: Console) -> None:
         result.exit_code, ("CLEAN", "green")
     )
     title = Text("nvrx watch: ")
-    title.append(f"{chain.name or '(cycle files only)'}", style="bold")
+    title.append(printable(chain.name or "(cycle files only)"), style="bold")
     if chain.chain_id:
         title.append(f" (chain {chain.chain_id})")
     if chain.user:
@@ -137,10 +138,11 @@ def print_pass(result: PassResult, out: Console) -> None:
     title.append(status[0], style=status[1])
     out.print(title)
     if chain.work_dir:
-        out.print(Text(f"work dir: {chain.work_dir}", style="dim"))
+        out.print(Text(printable(f"work dir: {chain.work_dir}"), style="dim"))
 
     def say(text: str, style: str = "") -> None:
-        out.print(Text(text, style=style))  # data (paths, errors) is never rich markup
+        # Data (paths, errors) is never rich markup, nor a control sequence for the terminal.
+        out.print(Text(printable(text), style=style))
 
     platform = snap.platform
     if platform is None:
@@ -199,7 +201,7 @@ def print_pass(result: PassResult, out: Console) -> None:
     for f in result.findings:
         row = Text("  ")
         row.append(f"{f.severity.value.upper():8}", style=_STYLE[f.severity])
-        row.append(f" {f.detector}: {f.summary}")
+        row.append(printable(f" {f.detector}: {f.summary}"))
         if f.first_seen is not None and (now - f.first_seen).total_seconds() >= 60:
             row.append(f" (since {_ago(_age(now, f.first_seen))})", style="dim")
         out.print(row)

@@ -30,6 +30,7 @@ from nvrx.watch.sinks import (
     WEBHOOK,
     file_logger,
     heartbeat,
+    http_problem,
     log_findings,
     post_webhook,
     prometheus_text,
@@ -158,7 +159,7 @@ class Watcher:
             try:
                 heartbeat(self._client(), self.settings.heartbeat_url)
             except (httpx.HTTPError, httpx.InvalidURL) as exc:
-                self._sink_failed(result, logger, f"heartbeat: {exc}")
+                self._sink_failed(result, logger, f"heartbeat: {http_problem(exc)}")
         state.last_pass = now
         if writes:
             try:
@@ -221,6 +222,6 @@ class Watcher:
             try:
                 post_webhook(self._client(), url, webhook_payload(f, result.snapshot))
             except (httpx.HTTPError, httpx.InvalidURL) as exc:
-                self._sink_failed(result, logger, f"webhook for {f.key}: {exc}")
+                self._sink_failed(result, logger, f"webhook for {f.key}: {http_problem(exc)}")
                 continue
             state.alerted(f.key, WEBHOOK, now, cooldown)

@@ -11,10 +11,26 @@ from pathlib import Path
 
 import httpx
 
+from nvrx.display import printable
 from nvrx.files import write_atomic
 from nvrx.watch.model import Finding, Severity, Snapshot
 
 WEBHOOK = "webhook"
+
+
+class _OneLineFormatter(logging.Formatter):
+    """Each record is one line of the log, whatever the names and messages in it hold (a cycle
+    file named with a newline must not forge a record)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record))
+
+
+def http_problem(exc: Exception) -> str:
+    """A sink's failure without its URL: webhook and heartbeat URLs carry tokens."""
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"HTTP {exc.response.status_code}"
+    return type(exc).__name__
 
 
 def file_logger(path: Path, dry_run: bool) -> logging.Logger:
@@ -26,7 +42,7 @@ def file_logger(path: Path, dry_run: bool) -> logging.Logger:
     if not logger.handlers:
         handler = logging.FileHandler(path, encoding="utf-8")
         dry = " [DRY]" if dry_run else ""
-        handler.setFormatter(logging.Formatter(f"%(asctime)s{dry} %(levelname)s %(message)s"))
+        handler.setFormatter(_OneLineFormatter(f"%(asctime)s{dry} %(levelname)s %(message)s"))
         logger.addHandler(handler)
     return logger
 

@@ -11,12 +11,14 @@ import itertools
 import json
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from nvrx.files import InputError, read_bounded, write_atomic
+from nvrx.watch.model import CounterDrop, CycleInfo
 
 SCHEMA = 1
 _ADVANCES_KEPT = 12
@@ -41,6 +43,9 @@ class WatchState:
     checkpoint_first_seen: datetime | None = None
     # (value, file mtime) each time the value changed: the observed checkpoint save interval.
     checkpoint_advances: list[tuple[int, datetime]] = field(default_factory=list)
+    # The highest values seen (a drop below them is a finding until they are reached again).
+    checkpoint_high: int | None = None
+    cycle_high: dict[str, int] = field(default_factory=dict)  # "<job>.<attempt>" → cycle
     findings: dict[str, datetime] = field(default_factory=dict)  # key → first seen
     alerts: dict[str, datetime] = field(default_factory=dict)  # "key\0sink" → last sent
     note: str | None = None  # why the previous file was not used
@@ -56,6 +61,31 @@ class WatchState:
             # The value has been there since the file was written, not since this watcher
             # first looked (the first pass after a restart of the watcher must not reset it).
             self.checkpoint_first_seen = min(mtime, now) if mtime is not None else now
+
+    def see_counters(
+        self, checkpoint: int | None, cycles: Sequence[CycleInfo]
+    ) -> list[CounterDrop]:
+        """Compare the checkpoint iteration and each generation attempt's highest cycle number
+        with the highest ever seen; remember the new highs. A generation attempt with no cycle
+        file left is forgotten (its directory was cleaned up)."""
+        drops: list[CounterDrop] = []
+        if checkpoint is not None:
+            high = self.checkpoint_high
+            if high is not None and checkpoint < high:
+                drops.append(CounterDrop("checkpoint", "iteration", high, checkpoint))
+            else:
+                self.checkpoint_high = checkpoint
+        latest: dict[str, int] = {}
+        for c in cycles:
+            scope = f"{c.job_id}.{c.attempt_index}"
+            latest[scope] = max(latest.get(scope, c.cycle_number), c.cycle_number)
+        for scope, number in sorted(latest.items()):
+            high = self.cycle_high.get(scope)
+            if high is not None and number < high:
+                drops.append(CounterDrop("cycle", scope, high, number))
+                latest[scope] = high
+        self.cycle_high = latest
+        return drops
 
     def save_interval_seconds(self, save_every: int | None = None) -> float | None:
         """Seconds between two checkpoints, from the advances the watcher saw.
@@ -102,7 +132,9 @@ class WatchState:
                 if self.checkpoint_first_seen
                 else None,
                 "advances": [[v, t.isoformat()] for v, t in self.checkpoint_advances],
+                "high": self.checkpoint_high,
             },
+            "cycle_high": self.cycle_high,
             "findings": {k: v.isoformat() for k, v in self.findings.items()},
             "alerts": {k: v.isoformat() for k, v in self.alerts.items()},
         }
@@ -138,7 +170,16 @@ def load_state(path: Path) -> WatchState:
                     out[k] = when
         return out
 
+    high = ckpt.get("high")
+    raw_cycles = data.get("cycle_high")
+    cycle_high = {
+        k: v
+        for k, v in (raw_cycles.items() if isinstance(raw_cycles, dict) else ())
+        if isinstance(k, str) and type(v) is int
+    }
     return WatchState(
+        checkpoint_high=high if type(high) is int else None,
+        cycle_high=cycle_high,
         last_pass=_time(data.get("last_pass")),
         last_success=times(data.get("last_success")),
         checkpoint_value=value if isinstance(value, int) else None,

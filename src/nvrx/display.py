@@ -1,0 +1,28 @@
+"""Text that came from outside (file names, server and analyser messages, values in errors)
+made safe to print or log: one line, no terminal control sequences, encodable.
+
+A cycle-file name with a newline would forge a line in `watch.log`; one with `ESC[` would
+recolour or rewrite the operator's terminal; one that is not UTF-8 (a lone surrogate after
+`os.fsdecode`) would make the log handler fail. Each such character is written as an escape.
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0 and C1 controls, DEL, the Unicode line and paragraph separators, and lone surrogates.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    code = ord(m.group())
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8, as os.fsdecode carries it
+        return f"\\x{code - 0xDC00:02x}"
+    if code < 0x100:
+        return {0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}.get(code, f"\\x{code:02x}")
+    return f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """`text` with every control character, line separator and lone surrogate escaped."""
+    return _UNSAFE.sub(_escape, text)
