@@ -195,7 +195,9 @@ class SessionState:
     records: list[Record] = field(default_factory=list)
     interruptions: int = 0
     skipped_lines: tuple[int, ...] = ()  # damaged journal lines a forced read skipped
+    orphaned_events: int = 0  # and the events about experiments those lines planned
     torn_tail: bool = False  # the last line was a write cut short by a crash
+    by_index: dict[int, Record] = field(default_factory=dict, repr=False)
 
     def notes(self, journal: Path) -> list[str]:
         """What a forced or crash-cut read left out, for the user to see."""
@@ -203,9 +205,14 @@ class SessionState:
         if self.skipped_lines:
             lines = ", ".join(str(n) for n in self.skipped_lines[:10])
             more = ", ..." if len(self.skipped_lines) > 10 else ""
+            orphaned = (
+                f", and {self.orphaned_events} event(s) about the experiment(s) they planned"
+                if self.orphaned_events
+                else ""
+            )
             out.append(
                 f"skipped {len(self.skipped_lines)} damaged line(s) of {journal} "
-                f"(line {lines}{more})"
+                f"(line {lines}{more}){orphaned}"
             )
         if self.torn_tail:
             out.append(f"{journal}: the last line is a write cut short by a crash; ignored")
@@ -226,12 +233,16 @@ def replay(journal: JournalLines, session_dir: Path, *, force: bool = False) -> 
     naming the file and line (JournalError); with `force` it is skipped and counted."""
     state = SessionState(torn_tail=journal.torn_tail)
     skipped = list(journal.skipped)
+    orphaned = 0
     for n, ev in journal.events:
         try:
             _apply(state, ev, session_dir)
         except (KeyError, TypeError, ValueError, PoolError) as exc:
             if force:
-                skipped.append(n)
+                if isinstance(exc, _Unplanned) and skipped:
+                    orphaned += 1  # about an experiment whose `planned` line was skipped
+                else:
+                    skipped.append(n)
                 continue
             detail = str(exc)[:200]
             raise JournalError(
@@ -239,7 +250,12 @@ def replay(journal: JournalLines, session_dir: Path, *, force: bool = False) -> 
                 f"is damaged: {type(exc).__name__}: {detail} (--force skips such lines)"
             ) from None
     state.skipped_lines = tuple(sorted(skipped))
+    state.orphaned_events = orphaned
     return state
+
+
+class _Unplanned(ValueError):
+    """An event about an experiment no (readable) `planned` line planned."""
 
 
 # Events about one experiment, by its `index`. Other event names (from a newer nvrx) are ignored.
@@ -260,14 +276,19 @@ def _apply(state: SessionState, ev: dict[str, Any], session_dir: Path) -> None:
             int(ev["nodes"]),
             int(ev.get("copy", 0)),
         )
-        state.records.append(Record(int(ev["index"]), e, session_dir / e.dir_name))
+        index = int(ev["index"])
+        if index in state.by_index:
+            raise ValueError(f"experiment {index} is planned twice")
+        record = Record(index, e, session_dir / e.dir_name)
+        state.records.append(record)
+        state.by_index[index] = record
     elif kind == "interrupted":
         state.interruptions += 1
     elif kind in _RECORD_EVENTS:
-        index = ev.get("index")
-        if type(index) is not int or not 0 <= index < len(state.records):
-            raise ValueError(f"index {str(index)[:20]!r} names no planned experiment")
-        r = state.records[index]
+        ref = ev.get("index")
+        r = state.by_index.get(ref) if type(ref) is int else None
+        if r is None:
+            raise _Unplanned(f"index {str(ref)[:20]!r} names no planned experiment")
         if kind == "submitting":
             r.status, r.job_name, r.comment = "submitting", ev["job_name"], ev["comment"]
             r.intent_at = datetime.fromisoformat(ev["at"])

@@ -6,6 +6,7 @@ inject-loop.md §8, §9). Shared by the rules judge, the LLM prompt and the answ
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -131,16 +132,31 @@ def _numbers(found: list[str]) -> list[int]:
     return [n for n in map(small_int, found) if n is not None]
 
 
-def fr_ranks(fr_output: str) -> frozenset[int]:
-    """Every rank in the `Missing Ranks` column: rows with ≥ 6 `|` parts, header skipped."""
-    ranks: set[int] = set()
-    for line in fr_output.splitlines():
+def _fr_rows(fr_output: str) -> Iterator[tuple[int, str]]:
+    """(line number, Missing Ranks column) of every table row."""
+    for n, line in enumerate(fr_output.splitlines(), start=1):
         if "|" not in line or "Missing Ranks" in line:
             continue
         parts = line.split("|")
-        if len(parts) < 6:
-            continue
-        ranks.update(_numbers(_INT.findall(parts[-1])))
+        if len(parts) >= 6:
+            yield n, parts[-1]
+
+
+def fr_table_problem(fr_output: str) -> str | None:
+    """Why an FR table cannot be read (`line N: ...`), or None: a missing rank too long to be
+    a number is a damaged row, not a row without ranks."""
+    for n, column in _fr_rows(fr_output):
+        for digits in _INT.findall(column):
+            if small_int(digits) is None:
+                return f"line {n}: a missing rank of {len(digits)} digits"
+    return None
+
+
+def fr_ranks(fr_output: str) -> frozenset[int]:
+    """Every rank in the `Missing Ranks` column: rows with ≥ 6 `|` parts, header skipped."""
+    ranks: set[int] = set()
+    for _, column in _fr_rows(fr_output):
+        ranks.update(_numbers(_INT.findall(column)))
     return frozenset(ranks)
 
 

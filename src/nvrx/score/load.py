@@ -20,7 +20,13 @@ from pathlib import Path
 
 from nvrx import files
 from nvrx.inject.session import JOURNAL_NAME, TSV_HEADER, TSV_NAME, Record, Session
-from nvrx.score.evidence import analyser_failure, blind, judge_excerpt, run_validity
+from nvrx.score.evidence import (
+    analyser_failure,
+    blind,
+    fr_table_problem,
+    judge_excerpt,
+    run_validity,
+)
 from nvrx.score.model import Case, GroundTruth, ScoreError
 
 ANALYSIS_DIR = "analysis"
@@ -116,9 +122,20 @@ def experiment_case(
         truth=truth,
         log_excerpt=judge_excerpt(raw_log),
         log_attribution=attribution,
-        fr_output=blind(read_text(fr_file, "FR analysis")) if fr_file.is_file() else "no_dumps",
+        fr_output=(
+            _fr_table(read_text(fr_file, "FR analysis"), str(fr_file))
+            if fr_file.is_file()
+            else "no_dumps"
+        ),
         problem=problem,
     )
+
+
+def _fr_table(text: str, where: str) -> str:
+    """An FR analysis table, blinded; a damaged row is an error naming `where` and the line."""
+    if (problem := fr_table_problem(text)) is not None:
+        raise ScoreError(f"FR analysis {where} {problem}")
+    return blind(text)
 
 
 def record_truth(record: Record, shape: Shape) -> GroundTruth:
@@ -265,6 +282,10 @@ def flags_case(
         truth=truth,
         log_excerpt=judge_excerpt(raw_log),
         log_attribution=attribution,
-        fr_output=blind(text_or_file(fr_output, "FR output")) or "no_dumps",
+        fr_output=_fr_table(
+            text_or_file(fr_output, "FR output"),
+            fr_output[1:] if fr_output.startswith("@") else "(--fr-output)",
+        )
+        or "no_dumps",
         problem=problem,
     )

@@ -5,6 +5,7 @@ is logged and the pass goes on."""
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
@@ -69,14 +70,31 @@ def webhook_payload(f: Finding, snap: Snapshot) -> dict[str, object]:
     }
 
 
+# What a sink's answer may be, at most: nobody reads it, and a server that streams without end
+# (or drips a byte at a time, under httpx's per-read timeout) must not hold the pass.
+_REPLY_CAP = 64 << 10
+
+
+def _call(client: httpx.Client, method: str, url: str, payload: object = None) -> None:
+    """One sink request within a total deadline of the client's timeout; raises httpx errors
+    (HTTPStatusError for a status >= 400)."""
+    timeout = client.timeout.read or 20.0
+    deadline = time.monotonic() + timeout
+    with client.stream(method, url, json=payload) as response:
+        read = 0
+        for chunk in response.iter_raw():
+            read += len(chunk)
+            if read > _REPLY_CAP or time.monotonic() > deadline:
+                raise httpx.ReadTimeout("the sink's answer did not end in time")
+        response.raise_for_status()
+
+
 def post_webhook(client: httpx.Client, url: str, payload: dict[str, object]) -> None:
-    response = client.post(url, json=payload)
-    response.raise_for_status()
+    _call(client, "POST", url, payload)
 
 
 def heartbeat(client: httpx.Client, url: str) -> None:
-    response = client.get(url)
-    response.raise_for_status()
+    _call(client, "GET", url)
 
 
 def _label(value: str | None) -> str:
