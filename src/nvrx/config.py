@@ -17,6 +17,7 @@ value names key, value and source.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -520,14 +521,17 @@ def secret_env_values(environ: Mapping[str, str]) -> list[str]:
 
 
 def known_secrets(config: NvrxConfig, environ: Mapping[str, str]) -> list[str]:
-    """Every secret this run knows: the secret settings, the passwords of URL settings, and
-    credential-named environment variables."""
+    """Every secret this run knows: the secret settings, the keys in the key files they name,
+    the passwords of URL settings, and credential-named environment variables."""
     out = secret_env_values(environ)
     for key, info in FIELDS.items():
         section, name = key.split(".", 1)
         value = getattr(getattr(config, section), name)
         if is_secret(info) and value is not None:
             out.append(value.get_secret_value())
+        elif name.endswith("api_key_file") and value is not None:
+            with contextlib.suppress(InputError, UnicodeDecodeError):
+                out.append(read_bounded(value, "API key file", limit=64 << 10)[0].decode().strip())
         elif isinstance(value, str) and "://" in value:
             password = urlsplit(value).password
             if password:
