@@ -18,7 +18,7 @@ from nvrx.inject.pool import (
     pool_entries,
     split_pool,
 )
-from nvrx.inject.session import Journal, replay
+from nvrx.inject.session import Journal, JournalError, replay
 from nvrx.inject.workloads import find_workload, load_registry
 
 
@@ -160,6 +160,44 @@ def test_the_session_state_is_a_fold_of_the_journal(tmp_path: Path) -> None:
     assert (state.records[0].state, state.records[0].exit) == ("FAILED", "0:9")
     assert state.records[1].comment == "c1"
     assert state.records[2].dir == tmp_path / "n2_SEGFAULT_r1_i5"
+
+
+def test_a_write_cut_by_a_crash_is_kept_aside_and_cannot_spoil_the_next_line(
+    tmp_path: Path,
+) -> None:
+    journal = Journal(tmp_path / "journal.jsonl")
+    journal.append("session", spec={})
+    journal.append("planned", index=0, fault="SEGFAULT", rank=1, iter=5, nodes=2, copy=0)
+    with open(journal.path, "a") as handle:
+        handle.write('{"event": "submitted", "index": 0, "jo')  # a crash mid-write
+    assert replay(journal.read(), tmp_path).torn_tail
+    journal.append("submitting", index=0, job_name="fi-s-0", comment="c0")  # the resumed driver
+    read = journal.read()
+    assert not read.torn_tail and [ev["event"] for _, ev in read.events] == [
+        "session",
+        "planned",
+        "submitting",
+    ]
+    assert (
+        tmp_path / "journal.jsonl.torn"
+    ).read_text() == '{"event": "submitted", "index": 0, "jo\n'
+    # A whole record that only lost its newline is kept in place.
+    with open(journal.path, "a") as handle:
+        handle.write('{"event": "interrupted"}')
+    journal.append("interrupted")
+    assert replay(journal.read(), tmp_path).interruptions == 2
+
+
+def test_a_damaged_line_in_the_middle_is_an_error_unless_forced(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "journal.jsonl")
+    journal.append("session", spec={})
+    with open(journal.path, "a") as handle:
+        handle.write("\x00\xff not json\n")
+    journal.append("planned", index=0, fault="SEGFAULT", rank=1, iter=5, nodes=2, copy=0)
+    with pytest.raises(JournalError, match=r"journal.jsonl line 2: not JSON"):
+        journal.read()
+    state = replay(journal.read(force=True), tmp_path, force=True)
+    assert state.skipped_lines == (2,) and len(state.records) == 1
 
 
 @pytest.mark.parametrize("body", ["bar", "[1, 2]", "7"])
