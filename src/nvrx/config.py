@@ -42,6 +42,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from nvrx.display import printable
 from nvrx.files import CONFIG_FILE_LIMIT, DEFAULT_INPUT_LIMIT, InputError, read_bounded
 from nvrx.slurm.errors import SlurmValueError
 from nvrx.slurm.options import check_name, check_time_limit
@@ -1116,13 +1117,17 @@ def _describe_validation_error(exc: ValidationError, layered: Layered) -> str:
     msg = err["msg"]
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
-    return f"bad value for {key}: {shown} (from {source}): {_short(msg, 200)[1:-1]}"
+    return f"bad value for {key}: {shown} (from {source}): {_cut(printable(msg), 200)}"
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _short(text: str, limit: int = 80) -> str:
-    """A value for a one-line message: quoted, control characters escaped, and cut."""
-    shown = repr(redact_urls(text))
-    return shown if len(shown) <= limit else f"{shown[: limit - 4]}...{shown[0]}"
+    """A value for a one-line message: quoted, URL passwords hidden, control characters
+    escaped, and cut."""
+    return f"'{_cut(printable(redact_urls(text)), limit - 2)}'"
 
 
 def parse_assignments(items: Sequence[str], flag: str = "--set") -> dict[str, tuple[str, str]]:

@@ -28,17 +28,17 @@ _input_limit = DEFAULT_INPUT_LIMIT
 
 class InputError(Exception):
     """An input that cannot be read: missing, unreadable, or over its cap. One line, naming the
-    file; the command stops with exit 2. `errno` is the OS error's, when there was one."""
+    file; the command stops with exit 2. `reason` is the line without the file, `errno` the
+    OS error's when there was one."""
 
-    errno: int | None = None
+    def __init__(self, what: str, path: Path | str, reason: str, errno: int | None = None) -> None:
+        super().__init__(f"{what} {path}: {reason}")
+        self.reason = reason
+        self.errno = errno
 
 
 class InputTooLarge(InputError):
     """An input over its cap."""
-
-
-def input_limit() -> int:
-    return _input_limit
 
 
 def set_input_limit(limit: int) -> None:
@@ -77,9 +77,9 @@ def read_bounded(
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
-            raise InputError(f"{what} {path}: is a directory")
+            raise InputError(what, path, "is a directory")
         if regular_only and not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{what} {path}: not a regular file")
+            raise InputError(what, path, "not a regular file")
         # Blocking from here on: a FIFO whose writer is slow is read as it comes (the open,
         # which would wait for a writer that may never come, is what O_NONBLOCK was for).
         os.set_blocking(fd, True)
@@ -94,7 +94,7 @@ def read_bounded(
             total += len(chunk)
             if total > cap:
                 how = f"raise it with {setting}" if setting else "fixed"
-                raise InputTooLarge(f"{what} {path}: larger than {cap} bytes (the cap; {how})")
+                raise InputTooLarge(what, path, f"larger than {cap} bytes (the cap; {how})")
             want = 1 << 20
         return b"".join(chunks), st
     except OSError as exc:
@@ -126,9 +126,7 @@ def _os_error(what: str, path: Path | str, exc: OSError) -> InputError:
         reason = "is a directory"
     else:
         reason = exc.strerror or str(exc)
-    error = InputError(f"{what} {path}: {reason}")
-    error.errno = exc.errno
-    return error
+    return InputError(what, path, reason, exc.errno)
 
 
 def write_atomic(path: Path, text: str, *, mode: int | None = None, durable: bool = False) -> None:
@@ -176,4 +174,4 @@ def refuse_overwriting(output: Path, inputs: list[Path], what: str) -> None:
         with contextlib.suppress(OSError):  # a hard link to an input is that input too
             inside = inside or (out.exists() and os.path.samefile(out, real))
         if inside:
-            raise InputError(f"{what} {output}: refusing to write over an input ({source})")
+            raise InputError(what, output, f"refusing to write over an input ({source})")

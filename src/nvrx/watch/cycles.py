@@ -578,7 +578,7 @@ def _read_capped(path: str, cap: int) -> tuple[bytes, os.stat_result]:
         if exc.errno in (errno.EACCES, errno.EPERM):
             raise _Skip("unreadable: permission denied") from None
         if exc.errno is None:
-            raise _Skip(str(exc).rpartition(": ")[2]) from None  # not a regular file, ...
+            raise _Skip(exc.reason) from None  # not a regular file
         raise _Skip(f"unreadable: {os.strerror(exc.errno)}") from None
 
 
