@@ -38,6 +38,7 @@ class JournalError(PoolError):
     """A journal (or tracking file) line that cannot be read: named by file and line."""
 
 
+_FORCE_HINT = " (report --force and inject-loop --reanalyze --force skip such lines)"
 # How far back from the end a write cut short by a crash is looked for: one record's worth.
 _TORN_SEARCH = 1 << 20
 
@@ -131,7 +132,7 @@ class Journal:
             elif force:
                 skipped.append(n)
             else:
-                raise JournalError(f"{self.path} line {n}: {problem} (--force skips such lines)")
+                raise JournalError(f"{self.path} line {n}: {problem}{_FORCE_HINT}")
         return JournalLines(events, tuple(skipped), torn)
 
 
@@ -247,7 +248,7 @@ def replay(journal: JournalLines, session_dir: Path, *, force: bool = False) -> 
             detail = str(exc)[:200]
             raise JournalError(
                 f"{session_dir / JOURNAL_NAME} line {n}: event {str(ev.get('event'))[:40]!r} "
-                f"is damaged: {type(exc).__name__}: {detail} (--force skips such lines)"
+                f"is damaged: {type(exc).__name__}: {detail}{_FORCE_HINT}"
             ) from None
     state.skipped_lines = tuple(sorted(skipped))
     state.orphaned_events = orphaned
