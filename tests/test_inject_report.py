@@ -255,8 +255,7 @@ def test_a_damaged_journal_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert proc.stderr.count("\n") == 1
     assert (
         "journal.jsonl line 6: event 'planned' is damaged: ValueError: 'BOGUS' is not a valid "
-        "FaultType"
-        in proc.stderr
+        "FaultType" in proc.stderr
     )
 
 

@@ -447,4 +447,6 @@ def test_a_session_with_a_damaged_journal_is_a_one_line_error(tmp_path: Path) ->
     proc = nvrx(str(s), cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "journal.jsonl line 2: event 'planned' is damaged" in lines[0], proc.stderr
+    assert len(lines) == 1 and "journal.jsonl line 2: event 'planned' is damaged" in lines[0], (
+        proc.stderr
+    )

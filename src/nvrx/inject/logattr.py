@@ -100,6 +100,26 @@ FaultClass = Literal[
     "LOCK_GIL", "SEGFAULT", "SIGINT", "SIGKILL", "SIGTERM", "SIGSTOP", "CRASH", "HANG",
 ]  # fmt: skip
 
+# The category of each class (docs/log-attribution-policy.md): what failed, which decides the
+# restart decision.
+Category = Literal["software", "resource", "hardware", "infrastructure", "hang", "none"]
+CATEGORIES: dict[str, Category] = {
+    "GPU_ERROR": "hardware",
+    "SEGFAULT": "software",
+    "OS_ABORT": "software",
+    "WORKLOAD_EXC": "software",
+    "ASYNC_EXC": "software",
+    "CRASH": "software",
+    "SIGKILL": "resource",
+    "GPU_SLEEP": "hang",
+    "LOCK_GIL": "hang",
+    "SIGSTOP": "hang",
+    "HANG": "hang",
+    "SIGTERM": "infrastructure",
+    "SIGINT": "infrastructure",
+    "SIGNAL_EXC": "infrastructure",
+}
+
 # Decision and the reason given in the explanation field, per class (score.md §1).
 DECISIONS: dict[str, tuple[str, str]] = {
     "GPU_SLEEP": (RESTART, "a GPU hang is transient and recoverable"),
@@ -201,6 +221,11 @@ class LogAttribution:
     checkpoint_saved: bool = False
     rules: tuple[str, ...] = field(default=())
 
+    @property
+    def category(self) -> Category:
+        """What failed (docs/log-attribution-policy.md); `none` when nothing did."""
+        return "none" if self.fault_class is None else CATEGORIES[self.fault_class]
+
     def text(self) -> str:
         """logsage's 5 fields, newline-joined; a sentinel fills fields 1-4 (inject-loop §9.1)."""
         saved = str(self.checkpoint_saved)
@@ -216,6 +241,7 @@ class LogAttribution:
             "analyzer": "nvrx-logattr",
             "decision": self.decision,
             "fault_class": self.fault_class,
+            "category": self.category,
             "root_rank": self.root_rank,
             "primary": [i.to_json() for i in self.primary],
             "secondary": [i.to_json() for i in self.secondary],

@@ -1,0 +1,120 @@
+"""The built-in log analyser: how often it agrees with the real-log corpus (per category and per
+format), and its cost on a large generated log against a baseline measured in the same run
+(reading and splitting the same text into lines, which any analyser must do).
+
+    .venv/bin/python bench/log_attribution.py [--mb 64]
+
+The cost is measured in a child process per figure, so each peak memory (ru_maxrss) is its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.real_logs import load_corpus  # noqa: E402
+
+from nvrx.inject.logattr import attribute_log  # noqa: E402
+
+_CHILD = """
+import json, resource, sys, time
+from pathlib import Path
+mode, path = sys.argv[1], sys.argv[2]
+start = time.perf_counter()
+text = Path(path).read_text(encoding="utf-8", errors="replace")
+if mode == "analyse":
+    from nvrx.inject.logattr import attribute_log
+    decision = attribute_log(text).decision
+else:
+    decision = str(len(text.splitlines()))
+elapsed = time.perf_counter() - start
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"seconds": elapsed, "peak_mb": peak, "decision": decision}))
+"""
+
+
+def accuracy() -> None:
+    cases = load_corpus()
+    by_category: Counter[tuple[str, bool]] = Counter()
+    by_format: Counter[tuple[str, bool]] = Counter()
+    for case in cases:
+        ok = not case.disagreements(attribute_log(case.text))
+        by_category[(case.category, ok)] += 1
+        for fmt in case.formats:
+            by_format[(fmt, ok)] += 1
+    total = sum(n for (_, ok), n in by_category.items() if ok)
+    print(f"corpus: {total} of {len(cases)} cases agree ({100 * total / max(len(cases), 1):.0f}%)")
+    for title, counts in (("category", by_category), ("format", by_format)):
+        print(f"  by {title}:")
+        for name in sorted({k for k, _ in counts}):
+            good, bad = counts[(name, True)], counts[(name, False)]
+            print(f"    {name:18} {good:3} of {good + bad:3}")
+
+
+def generated_log(path: Path, megabytes: int) -> None:
+    """Interleaved `srun --label` lines of 8 ranks training, then rank 3's CUDA error and its
+    peers' watchdog timeouts: the shape of a long real job's log."""
+    line = (
+        "{r}: [2026-01-01 00:00:00] iteration {i:>8}/ 100000 | consumed samples: {s:>10} | "
+        "lm loss: 2.3456E+00 | grad norm: 1.234 |\n"
+    )
+    with path.open("w", encoding="utf-8") as out:
+        written, i = 0, 0
+        while written < megabytes << 20:
+            text = line.format(r=i % 8, i=i // 8, s=i * 16)
+            out.write(text)
+            written += len(text)
+            i += 1
+        out.write("3: RuntimeError: CUDA error: an illegal memory access was encountered\n")
+        for r in (0, 1, 2, 4, 5, 6, 7):
+            out.write(
+                f"{r}: [rank{r}]:[E ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught "
+                "collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, "
+                "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds\n"
+            )
+
+
+def measure(mode: str, path: Path) -> dict[str, float | str]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, mode, str(path)],
+        capture_output=True, text=True, check=True, timeout=3600, cwd=REPO,
+    )  # fmt: skip
+    doc: dict[str, float | str] = json.loads(proc.stdout)
+    return doc
+
+
+def cost(megabytes: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "big.log"
+        generated_log(path, megabytes)
+        size = path.stat().st_size / (1 << 20)
+        base = measure("split", path)
+        run = measure("analyse", path)
+    print(f"large log: {size:.0f} MB generated ({megabytes} MB of iterations, then a failure)")
+    for name, doc in (("read + split (baseline)", base), ("attribute_log", run)):
+        seconds, peak = float(doc["seconds"]), float(doc["peak_mb"])
+        print(f"  {name:24} {seconds:7.2f} s  {size / seconds:7.1f} MB/s  peak {peak:7.0f} MB")
+    ratio = float(run["seconds"]) / float(base["seconds"])
+    memory = float(run["peak_mb"]) / float(base["peak_mb"])
+    print(f"  ratio: {ratio:.2f}x the baseline's time, {memory:.2f}x its peak memory")
+    print(f"  decision: {run['decision']}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=int, default=64, help="size of the generated log (MB)")
+    args = parser.parse_args()
+    accuracy()
+    cost(args.mb)
+
+
+if __name__ == "__main__":
+    main()

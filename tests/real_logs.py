@@ -1,0 +1,146 @@
+"""The real-log corpus (`tests/data/real_logs/`, format in its README): loading its cases and
+telling whether the built-in analyser agrees with a case's label. Shared by the corpus tests and
+`bench/log_attribution.py`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, get_args
+
+import yaml
+
+from nvrx.inject.logattr import ERRORS_NOT_FOUND, Category, LogAttribution
+from nvrx.score.evidence import RESTART, STOP
+
+CORPUS = Path(__file__).resolve().parent / "data" / "real_logs"
+
+KEYS = (
+    "source",
+    "title",
+    "where",
+    "formats",
+    "fault",
+    "category",
+    "decision",
+    "root_ranks",
+    "notes",
+)
+FORMATS = frozenset(
+    {
+        "no_prefix", "srun_label", "torchrun_rank", "torchrun_default", "logging_prefix",
+        "loguru", "timestamp", "interleaved", "kernel_log", "slurm",
+    }
+)  # fmt: skip
+# Each fault's category (docs/log-attribution-policy.md); a fault listed under two may be either,
+# by what the text says (a checkpoint that fails on an I/O error is infrastructure).
+FAULT_CATEGORIES: dict[str, frozenset[str]] = {
+    "exception": frozenset({"software"}),
+    "device_assert": frozenset({"software"}),
+    "nan_loss": frozenset({"software"}),
+    "segfault": frozenset({"software"}),
+    "abort": frozenset({"software"}),
+    "dataloader_error": frozenset({"software", "resource"}),
+    "checkpoint_error": frozenset({"software", "infrastructure"}),
+    "cuda_oom": frozenset({"resource"}),
+    "host_oom": frozenset({"resource"}),
+    "oom_kill": frozenset({"resource"}),
+    "sigkill": frozenset({"resource"}),
+    "illegal_memory_access": frozenset({"hardware"}),
+    "ecc_error": frozenset({"hardware"}),
+    "fallen_off_bus": frozenset({"hardware"}),
+    "xid": frozenset({"hardware"}),
+    "cuda_error": frozenset({"hardware"}),
+    "node_failure": frozenset({"infrastructure"}),
+    "store_lost": frozenset({"infrastructure"}),
+    "sigterm": frozenset({"infrastructure"}),
+    "nccl_error": frozenset({"infrastructure"}),
+    "nccl_timeout": frozenset({"hang"}),
+    "none": frozenset({"none"}),
+}
+# The restart policy: category -> the decision the analyser prints.
+DECISIONS: dict[str, str] = {
+    "software": STOP,
+    "resource": STOP,
+    "hardware": STOP,
+    "infrastructure": RESTART,
+    "hang": RESTART,
+    "none": ERRORS_NOT_FOUND,
+}
+LABEL_DECISIONS = {"STOP": STOP, "RESTART": RESTART, "NONE": ERRORS_NOT_FOUND}
+
+
+@dataclass(frozen=True)
+class LabelledLog:
+    """One corpus case: its text and what it means."""
+
+    name: str
+    text: str
+    source: str
+    formats: tuple[str, ...]
+    fault: str
+    category: str
+    decision: str  # as the analyser prints it
+    root_ranks: tuple[int, ...] | None
+
+    def disagreements(self, result: LogAttribution) -> list[str]:
+        """What the analyser got wrong on this case (empty: it agrees): the decision, the
+        category and, where the text determines it, the root rank."""
+        out = []
+        if result.decision != self.decision:
+            out.append(f"decision {result.decision!r}, expected {self.decision!r}")
+        if result.category != self.category:
+            out.append(f"category {result.category!r}, expected {self.category!r}")
+        if self.root_ranks is not None and result.root_rank not in self.root_ranks:
+            out.append(f"root rank {result.root_rank}, expected one of {list(self.root_ranks)}")
+        return out
+
+
+class CorpusError(ValueError):
+    pass
+
+
+def _case(meta_path: Path) -> LabelledLog:
+    log = meta_path.with_suffix(".log")
+    meta: Any = yaml.safe_load(meta_path.read_text(encoding="utf-8"))
+    where = meta_path.name
+    if not isinstance(meta, dict) or tuple(sorted(meta)) != tuple(sorted(KEYS)):
+        raise CorpusError(f"{where}: keys must be exactly {', '.join(KEYS)}")
+    if not str(meta["source"]).startswith("https://"):
+        raise CorpusError(f"{where}: source must be the https URL the text comes from")
+    if not log.is_file() or not log.read_text(encoding="utf-8").strip():
+        raise CorpusError(f"{where}: no text in {log.name}")
+    formats = tuple(meta["formats"] or ())
+    if not formats or not set(formats) <= FORMATS:
+        raise CorpusError(f"{where}: formats {formats} not all in {sorted(FORMATS)}")
+    fault, category = meta["fault"], meta["category"]
+    if category not in get_args(Category) or category not in FAULT_CATEGORIES.get(fault, ()):
+        raise CorpusError(f"{where}: fault {fault!r} cannot be category {category!r}")
+    if LABEL_DECISIONS.get(meta["decision"]) != DECISIONS[category]:
+        raise CorpusError(
+            f"{where}: decision {meta['decision']!r} is not the policy's for {category}"
+        )
+    ranks = meta["root_ranks"]
+    if ranks is not None and not (
+        isinstance(ranks, list) and ranks and all(type(r) is int and r >= 0 for r in ranks)
+    ):
+        raise CorpusError(f"{where}: root_ranks must be null or a list of ranks")
+    return LabelledLog(
+        name=meta_path.stem,
+        text=log.read_text(encoding="utf-8"),
+        source=meta["source"],
+        formats=formats,
+        fault=fault,
+        category=category,
+        decision=DECISIONS[category],
+        root_ranks=tuple(ranks) if ranks is not None else None,
+    )
+
+
+def load_corpus(root: Path = CORPUS) -> list[LabelledLog]:
+    """Every case, by name. A case whose files or label break the format is a CorpusError."""
+    metas = sorted(root.glob("*.yaml"))
+    orphans = {p.stem for p in root.glob("*.log")} - {p.stem for p in metas}
+    if orphans:
+        raise CorpusError(f"logs without a label: {', '.join(sorted(orphans))}")
+    return [_case(p) for p in metas]
