@@ -71,7 +71,12 @@ Classifying the root rank (the first row that matches wins)
     HANG          peers time out but name no rank: the root is unknown              RESTART
 
 Decisions follow the restart table (score.md §1): hangs and signals restart; crashes,
-exceptions and GPU errors stop. No error at all → `ERRORS NOT FOUND`; an empty log → `NO LOGS`.
+exceptions and GPU errors stop. A log these rules find no failing rank in (no `srun --label`
+ranks, or none that failed by them) is read by `logscan` for its first failure in causal order,
+in any format, with the classes real jobs add (CUDA_OOM, HOST_OOM, DEVICE_ASSERT, NAN_LOSS,
+IO_ERROR, NCCL_ERROR, STORE_LOST); a CRASH whose rank's own lines say what it was takes that
+class. Every class has a category and its decision (docs/log-attribution-policy.md). No error at
+all → `ERRORS NOT FOUND`; an empty log → `NO LOGS`.
 
 Limits, stated rather than guessed around: a GPU sleep, a GIL lock and a SIGSTOP all leave a
 non-zero rank silent but connected until srun kills it, so the log cannot tell them apart: such a
@@ -89,6 +94,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
+from nvrx.inject.logscan import STRONG_FAULTS, Failure, first_failure
 from nvrx.limits import small_int
 from nvrx.score.evidence import RESTART, STOP, blind, rank_mentions
 
@@ -98,6 +104,8 @@ ERRORS_NOT_FOUND = "ERRORS NOT FOUND"
 FaultClass = Literal[
     "GPU_ERROR", "GPU_SLEEP", "WORKLOAD_EXC", "ASYNC_EXC", "SIGNAL_EXC", "OS_ABORT",
     "LOCK_GIL", "SEGFAULT", "SIGINT", "SIGKILL", "SIGTERM", "SIGSTOP", "CRASH", "HANG",
+    # What real jobs print beyond the injected faults (logscan):
+    "CUDA_OOM", "HOST_OOM", "DEVICE_ASSERT", "NAN_LOSS", "IO_ERROR", "NCCL_ERROR", "STORE_LOST",
 ]  # fmt: skip
 
 # The category of each class (docs/log-attribution-policy.md): what failed, which decides the
@@ -118,6 +126,13 @@ CATEGORIES: dict[str, Category] = {
     "SIGTERM": "infrastructure",
     "SIGINT": "infrastructure",
     "SIGNAL_EXC": "infrastructure",
+    "CUDA_OOM": "resource",
+    "HOST_OOM": "resource",
+    "DEVICE_ASSERT": "software",
+    "NAN_LOSS": "software",
+    "IO_ERROR": "infrastructure",
+    "NCCL_ERROR": "infrastructure",
+    "STORE_LOST": "infrastructure",
 }
 
 # Decision and the reason given in the explanation field, per class (score.md §1).
@@ -136,6 +151,13 @@ DECISIONS: dict[str, tuple[str, str]] = {
     "WORKLOAD_EXC": (STOP, "an uncaught application exception is likely a code bug"),
     "ASYNC_EXC": (STOP, "an asynchronous exception in the workload is likely a code bug"),
     "CRASH": (STOP, "a crash repeats on restart until its cause is fixed"),
+    "CUDA_OOM": (STOP, "the same configuration runs out of GPU memory again"),
+    "HOST_OOM": (STOP, "the same configuration runs out of host memory again"),
+    "DEVICE_ASSERT": (STOP, "a device-side assert is a code or data bug that repeats"),
+    "NAN_LOSS": (STOP, "a NaN or Inf loss repeats from the same checkpoint and data"),
+    "IO_ERROR": (RESTART, "a filesystem error is outside the job; a new allocation recovers"),
+    "NCCL_ERROR": (RESTART, "a network error is outside the job; a new allocation recovers"),
+    "STORE_LOST": (RESTART, "the rendezvous host was lost; a new allocation recovers"),
 }
 
 # --- line grammar --------------------------------------------------------------------------------
@@ -573,6 +595,13 @@ _PRIMARY: dict[str, str] = {
     "ASYNC_EXC": "asynchronous exception raised into the main thread (Traceback)",
     "SIGNAL_EXC": "signal exception: an exception raised from a signal handler (Traceback)",
     "CRASH": "crashed",
+    "CUDA_OOM": "CUDA out of memory (GPU memory exhausted)",
+    "HOST_OOM": "out of host memory (killed by the OOM killer, or MemoryError)",
+    "DEVICE_ASSERT": "CUDA device-side assert (an assertion in a GPU kernel: a code or data bug)",
+    "NAN_LOSS": "NaN or Inf loss or gradients",
+    "IO_ERROR": "filesystem I/O error",
+    "NCCL_ERROR": "NCCL network error (a peer or link lost)",
+    "STORE_LOST": "lost the rendezvous store (TCPStore) or its connection",
 }
 
 # Text that would change how `evidence.Attribution.parse` reads the fields if quoted from the log.
@@ -647,12 +676,22 @@ def attribute_log(text: str) -> LogAttribution:
     facts = _facts(text)
     root, root_rule = _root(facts)
     if root is None:
+        failure, failures = first_failure(text)
+        if failure is not None and failure.fault != "HANG":
+            return _first_failure(facts, failure, failures)
         if facts.timed_out:
             return _hang_without_root(facts)
+        if failure is not None:
+            return _first_failure(facts, failure, failures)
         return LogAttribution(
             ERRORS_NOT_FOUND, checkpoint_saved=facts.checkpoint_saved, rules=("no errors",)
         )
     fault, why, lines = _classify(facts, root)
+    if fault == "CRASH":  # the rules' catch-all: the root's own lines may say what it was
+        said = [f for f in first_failure(text)[1] if f.rank == root and f.fault in STRONG_FAULTS]
+        if said:
+            fault = "OS_ABORT" if said[0].fault == "ABORT" else said[0].fault  # type: ignore[assignment]
+            why = f"{why}; the log says: {said[0].text[:160]}"
     if root in facts.vote_lines:
         lines.append(facts.vote_lines[root])
     secondary, collateral = _secondary(facts, root)
@@ -678,6 +717,37 @@ def attribute_log(text: str) -> LogAttribution:
         detail=_detail(evidence, note),
         checkpoint_saved=facts.checkpoint_saved,
         rules=(root_rule, f"class: {fault}"),
+    )
+
+
+def _first_failure(facts: _Facts, root: Failure, failures: list[Failure]) -> LogAttribution:
+    """A log the rank rules above cannot read (no `srun --label` ranks, or no rank that they
+    can tell failed): its first failure in causal order (logscan), on its rank if the log says
+    which, else on an unknown rank."""
+    fault: FaultClass = "OS_ABORT" if root.fault == "ABORT" else root.fault  # type: ignore[assignment]
+    decision, reason = DECISIONS[fault]
+    who = f"rank {root.rank}" if root.rank is not None and fault != "HANG" else "unknown rank"
+    primary = Issue(
+        (root.rank,) if root.rank is not None and fault != "HANG" else (),
+        _clean(f"{who}: {_PRIMARY.get(fault, 'collective timeout (watchdog hang)')}"),
+    )
+    others = sorted({f.rank for f in failures if f.rank is not None and f.rank != root.rank})
+    secondary = (
+        (Issue(tuple(others), _clean(f"{_ranks_text(others)}: failed after it")),) if others else ()
+    )
+    lines = [root, *[f for f in failures if f is not root][:3]]
+    evidence = tuple(Evidence(f.line, f.rank, _defuse(f.text)) for f in lines)
+    return LogAttribution(
+        decision=decision,
+        fault_class=fault,
+        root_rank=root.rank if fault != "HANG" else None,
+        primary=(primary,),
+        secondary=secondary,
+        evidence=evidence,
+        explanation=f"{fault} on {who}: {reason}.",
+        detail=_detail(evidence),
+        checkpoint_saved=facts.checkpoint_saved,
+        rules=("root: the first failure in causal order (any log format)", f"class: {fault}"),
     )
 
 
