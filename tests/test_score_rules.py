@@ -147,6 +147,8 @@ def test_rank_primary_and_rank_any(
         ("GPU_SLEEP", "rank 5 NCCL watchdog timeout", "partial"),  # hang symptom only
         ("LOCK_GIL", "rank 5 hung", "partial"),
         ("GPU_ERROR", "rank 5 stuck in allreduce", "false"),  # a crash called a hang
+        ("GPU_ERROR", "rank 5: GPU hardware failure", "true"),  # the policy's own words
+        ("GPU_ERROR", "rank 5: GPU has fallen off the bus", "true"),
         ("WORKLOAD_EXC", "rank 5 error in train step", "partial"),
         ("SIGTERM", "rank 5 terminated by signal 15", "true"),
         ("OS_ABORT", "rank 5 hang", "false"),

@@ -333,7 +333,9 @@ FAULT_WORDS: dict[FaultType, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     FaultType.GPU_ERROR: (
         ("cuda error", "cudaerror", "gpu error", "xid", "illegal memory access", "ecc",
-         "device-side", "nvml", "uncorrectable", "cuda failure", "gpu failure"),
+         "device-side", "nvml", "uncorrectable", "cuda failure", "gpu failure",
+         # The log-attribution policy's words for the category (docs/log-attribution-policy.md).
+         "gpu hardware", "hardware failure", "hardware error", "fallen off the bus"),
         _CRASH + _EXCEPTION,
     ),
     FaultType.WORKLOAD_EXC: (
