@@ -94,7 +94,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from nvrx.inject.logscan import STRONG_FAULTS, Failure, first_failure
+from nvrx.inject.logscan import MAX_LINE, STRONG_FAULTS, Failure, first_failure
 from nvrx.limits import small_int
 from nvrx.score.evidence import RESTART, STOP, blind, rank_mentions
 
@@ -364,6 +364,7 @@ def _int_list(spec: str) -> list[int]:
 def _split(text: str) -> list[_Line]:
     lines = []
     for no, raw in enumerate(text.splitlines(), start=1):
+        raw = raw[:MAX_LINE]  # a failure is said in a line's first characters (logscan)
         m = _LABEL.match(raw)
         rank, body = (int(m.group(1)), m.group(2)) if m else (None, raw)
         system = _SYSTEM.match(body) is not None
