@@ -101,8 +101,9 @@ STRONG_FAULTS = frozenset(f for f, _ in PATTERNS) - {*_WEAK, "WORKLOAD_EXC"}
 
 _SRUN_LABEL = re.compile(r"^ *(\d{1,9}): ")
 _RANK_PREFIX = re.compile(r"\[rank(\d{1,9})\]:")
-# A rank named in the message, most telling first; the last is the bare `rank N` of a failure
-# message ("rank 3 and rank 2 both on CUDA device 0").
+# A rank named in the message (the leftmost of these forms): `[PG ... Rank N]`, `Rank N:`,
+# `(RANK N)`, srun's `task N:`, and the bare `rank N` of a failure message ("rank 3 and rank 2
+# both on CUDA device 0").
 _RANK_IN_TEXT = re.compile(
     r"\[(?:PG [^\]]*)?Rank (\d{1,9})\]|\bRank (\d{1,9}):|\(RANK (\d{1,9})\)"
     r"|srun: error: \S+: task (\d{1,9}):|\brank (\d{1,9})\b",
