@@ -691,7 +691,7 @@ def attribute_log(text: str) -> LogAttribution:
     if fault == "CRASH":  # the rules' catch-all: the root's own lines may say what it was
         said = [f for f in first_failure(text)[1] if f.rank == root and f.fault in STRONG_FAULTS]
         if said:
-            fault = "OS_ABORT" if said[0].fault == "ABORT" else said[0].fault  # type: ignore[assignment]
+            fault = said[0].fault  # type: ignore[assignment]
             why = f"{why}; the log says: {said[0].text[:160]}"
     if root in facts.vote_lines:
         lines.append(facts.vote_lines[root])
@@ -725,7 +725,7 @@ def _first_failure(facts: _Facts, root: Failure, failures: list[Failure]) -> Log
     """A log the rank rules above cannot read (no `srun --label` ranks, or no rank that they
     can tell failed): its first failure in causal order (logscan), on its rank if the log says
     which, else on an unknown rank."""
-    fault: FaultClass = "OS_ABORT" if root.fault == "ABORT" else root.fault  # type: ignore[assignment]
+    fault: FaultClass = root.fault  # type: ignore[assignment]
     decision, reason = DECISIONS[fault]
     who = f"rank {root.rank}" if root.rank is not None and fault != "HANG" else "unknown rank"
     primary = Issue(

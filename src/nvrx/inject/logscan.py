@@ -29,6 +29,7 @@ from nvrx.limits import small_int
 MAX_LINE = 4096
 
 # (fault class, pattern), most specific first; the first that matches a line names its failure.
+# The names are logattr's FaultClass values.
 PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (fault, re.compile(pattern, re.IGNORECASE))
     for fault, pattern in (
@@ -78,13 +79,13 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             r"remote process exited or there was a network error|NCCL WARN NET/"
             r"|\bIBV_WC_|ibv_\w+ failed|NCCL error.*(?:unhandled system error|remote error)",
         ),
-        ("ABORT", r"\(core dumped\)|\bSIGABRT\b|Fatal Python error: Aborted"),
+        ("OS_ABORT", r"\(core dumped\)|\bSIGABRT\b|Fatal Python error: Aborted"),
         (
             "STORE_LOST",
             r"Connection reset by peer|recvValue failed|RendezvousConnectionError"
             r"|TCPStore\b.*(?:failed|timed out|timeout)|Broken pipe|keepalive",
         ),
-        ("HANG", r"Watchdog caught collective operation timeout|collective operation timeout"),
+        ("HANG", r"collective operation timeout"),  # torch's watchdog: `Watchdog caught ...`
     )
 )
 # An exception line: a class name ending in Error or Exception, then `:` or the end.
@@ -99,6 +100,8 @@ _WEAK = ("STORE_LOST", "HANG")
 # What names a failure for what it is (an exception line says only that something raised).
 STRONG_FAULTS = frozenset(f for f, _ in PATTERNS) - {*_WEAK, "WORKLOAD_EXC"}
 
+# Stricter than logattr's label (a space after the colon): in a log of any format, `12:00:05`
+# at the start of a line is a time, not rank 12.
 _SRUN_LABEL = re.compile(r"^ *(\d{1,9}): ")
 _RANK_PREFIX = re.compile(r"\[rank(\d{1,9})\]:")
 # A rank named in the message (the leftmost of these forms): `[PG ... Rank N]`, `Rank N:`,
