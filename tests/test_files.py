@@ -1,4 +1,5 @@
-"""Files other processes read while nvrx writes them: whole or not at all, with the right mode."""
+"""Files nvrx reads and files other processes read while nvrx writes them: inputs streamed in
+bounded blocks; outputs whole or not at all, with the right mode."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nvrx.files import write_atomic
+from nvrx.files import InputError, read_line_blocks, write_atomic
 
 
 def mode(path: Path) -> int:
@@ -43,3 +44,24 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path: Pat
         write_atomic(path, "\udcff")  # a lone surrogate cannot be written as UTF-8
     assert path.read_text() == "recorded\n"
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def test_line_blocks_are_whole_lines_and_a_long_line_keeps_only_its_start(tmp_path: Path) -> None:
+    path = tmp_path / "job.log"
+    path.write_bytes(b"first\n" + b"x" * 5000 + b"\nthird\nlast, no newline")
+    blocks = list(read_line_blocks(path, "log", max_line=100, block=64))
+    assert all(b.endswith("\n") for b in blocks[:-1])
+    lines = "".join(blocks).split("\n")
+    assert lines == ["first", "x" * 100, "third", "last, no newline"]
+
+
+def test_line_blocks_of_a_long_line_split_across_reads_keep_the_line_count(tmp_path: Path) -> None:
+    path = tmp_path / "job.log"
+    path.write_bytes(b"a" * 50 + b"b" * 300 + b"\n" + b"c" * 7 + b"\n")
+    text = "".join(read_line_blocks(path, "log", max_line=64, block=16))
+    assert text == "a" * 50 + "b" * 14 + "\n" + "c" * 7 + "\n"
+
+
+def test_line_blocks_of_a_missing_file_name_it(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"log .*nope\.log: no such file"):
+        list(read_line_blocks(tmp_path / "nope.log", "log", max_line=64))

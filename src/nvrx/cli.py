@@ -704,23 +704,23 @@ def analyze_fr_cmd(
 
 @analyze_app.command("log")
 def analyze_log_cmd(
-    path: Annotated[Path, typer.Argument(help="A `srun --label` job log.", dir_okay=False)],
+    path: Annotated[
+        Path, typer.Argument(help="A job log, of any format and size.", dir_okay=False)
+    ],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """The built-in log attribution (logsage's 5-field text): root rank, fault class, decision.
 
     The log is blinded first: injection markers never reach the rules.
     """
-    from nvrx.inject.logattr import attribute_log
-    from nvrx.score.load import read_text
-    from nvrx.score.model import ScoreError
+    from nvrx.files import InputError
+    from nvrx.inject.analysis import attribute_file
 
-    load(None, None, None)  # the site's limits
+    load(None, None, None)  # the site's limits (a log that is not a regular file ends at one)
     try:
-        text = read_text(path, "log")
-    except ScoreError as exc:
+        result = attribute_file(path)
+    except InputError as exc:
         fail(str(exc))
-    result = attribute_log(text)
     if as_json:
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
     else:

@@ -14,6 +14,7 @@ import errno
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 # The default of `limits.max_input_bytes`: far above any real job log of one fault-injection
@@ -67,6 +68,88 @@ def read_bounded(
     a regular file is.
     """
     cap = _input_limit if limit is None else limit
+    fd, st = _open(path, what, follow_symlinks=follow_symlinks, regular_only=regular_only)
+    try:
+        chunks: list[bytes] = []
+        total = 0
+        want = st.st_size + 1 if stat.S_ISREG(st.st_mode) else 65536
+        while True:
+            chunk = os.read(fd, max(min(want, cap + 1 - total), 1))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > cap:
+                raise _too_large(what, path, cap, setting)
+            want = 1 << 20
+        return b"".join(chunks), st
+    except OSError as exc:
+        raise _os_error(what, path, exc) from None
+    finally:
+        os.close(fd)
+
+
+def read_line_blocks(
+    path: Path | str,
+    what: str,
+    *,
+    max_line: int,
+    block: int = 1 << 20,
+    limit: int | None = None,
+    setting: str | None = LIMIT_SETTING,
+) -> Iterator[str]:
+    """The text of `path` as it is read, in blocks of whole lines (about `block` bytes each; the
+    last may lack its newline), each block decoded like `decode_text`. Memory stays at a block
+    whatever the file's size: a line longer than `max_line` bytes keeps its first `max_line`
+    bytes and the rest is read past, so a 100 MB line costs no more than a short one.
+
+    A regular file is read to its end, whatever its size (it has one, and reading it is linear);
+    anything else (a FIFO, `/dev/zero`, a terminal) ends at `limit` (default:
+    `limits.max_input_bytes`) with InputTooLarge, as in `read_bounded`.
+    """
+    fd, st = _open(path, what, follow_symlinks=True, regular_only=False)
+    cap = None if stat.S_ISREG(st.st_mode) else (_input_limit if limit is None else limit)
+    try:
+        total = 0
+        head = b""  # the start of a line that has no newline yet (at most max_line bytes)
+        skipping = False  # inside a line past its first max_line bytes
+        while chunk := os.read(fd, block):
+            total += len(chunk)
+            if cap is not None and total > cap:
+                raise _too_large(what, path, cap, setting)
+            if skipping:
+                newline = chunk.find(b"\n")
+                if newline < 0:
+                    continue
+                chunk, skipping = chunk[newline + 1 :], False
+            last = chunk.rfind(b"\n")
+            if last < 0:
+                room = max_line - len(head)
+                if len(chunk) > room:  # a line too long: its start is kept, the rest read past
+                    yield decode_text(head + chunk[:room] + b"\n")
+                    head, skipping = b"", True
+                else:
+                    head += chunk
+                continue
+            whole = head + chunk[: last + 1]
+            head = chunk[last + 1 :]
+            if len(head) > max_line:
+                whole += head[:max_line] + b"\n"
+                head, skipping = b"", True
+            yield decode_text(whole)
+        if head:
+            yield decode_text(head)
+    except OSError as exc:
+        raise _os_error(what, path, exc) from None
+    finally:
+        os.close(fd)
+
+
+def _open(
+    path: Path | str, what: str, *, follow_symlinks: bool, regular_only: bool
+) -> tuple[int, os.stat_result]:
+    """An open, blocking file descriptor of `path` and its fstat; InputError when it cannot be
+    opened or is a directory (or not a regular file, with `regular_only`)."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     if not follow_symlinks:
         flags |= os.O_NOFOLLOW
@@ -83,24 +166,15 @@ def read_bounded(
         # Blocking from here on: a FIFO whose writer is slow is read as it comes (the open,
         # which would wait for a writer that may never come, is what O_NONBLOCK was for).
         os.set_blocking(fd, True)
-        chunks: list[bytes] = []
-        total = 0
-        want = st.st_size + 1 if stat.S_ISREG(st.st_mode) else 65536
-        while True:
-            chunk = os.read(fd, max(min(want, cap + 1 - total), 1))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > cap:
-                how = f"raise it with {setting}" if setting else "fixed"
-                raise InputTooLarge(what, path, f"larger than {cap} bytes (the cap; {how})")
-            want = 1 << 20
-        return b"".join(chunks), st
-    except OSError as exc:
-        raise _os_error(what, path, exc) from None
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd, st
+
+
+def _too_large(what: str, path: Path | str, cap: int, setting: str | None) -> InputTooLarge:
+    how = f"raise it with {setting}" if setting else "fixed"
+    return InputTooLarge(what, path, f"larger than {cap} bytes (the cap; {how})")
 
 
 def read_text(path: Path | str, what: str, *, limit: int | None = None) -> str:

@@ -14,3 +14,8 @@ def small_int(digits: str) -> int | None:
     if len(digits.lstrip("+-")) > MAX_DIGITS:
         return None
     return int(digits)
+
+
+# No job has more ranks (or srun tasks): a larger rank or task id read from a log is garbage,
+# not a job, and every per-rank table an analyser keeps is bounded by it.
+MAX_RANKS = 1 << 17

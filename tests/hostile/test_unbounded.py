@@ -5,7 +5,10 @@ one-line error (or, in a log, just text), never a hang, a MemoryError or a trace
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -105,6 +108,43 @@ def test_analyze_log_of_srun_task_ranges_finishes_in_seconds(tmp_path: Path, hom
     proc = run_nvrx("analyze", "log", str(log), cwd=home, wall=5.0, cpu_seconds=5)
     assert_no_traceback(proc)
     assert proc.code == 0, proc.describe()
+
+
+def test_analyze_log_reads_past_a_100_mb_line_in_flat_memory(tmp_path: Path, home: Path) -> None:
+    log = tmp_path / "job.log"
+    with log.open("w") as out:
+        out.write("0: iteration 5 / 100\n1: ")
+        for _ in range(100):
+            out.write("x" * (1 << 20))  # one 100 MB line of rank 1
+        out.write("\n1: RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    proc = run_nvrx("analyze", "log", str(log), "--json", cwd=home, memory_mb=96, wall=FAST)
+    assert proc.code == 0, proc.describe()
+    doc = json.loads(proc.stdout)
+    assert (doc["fault_class"], doc["root_rank"]) == ("GPU_ERROR", 1)
+    assert [e["line"] for e in doc["evidence"]] == [3]
+
+
+def test_analyze_log_streams_a_regular_file_past_the_input_cap_but_not_a_pipe(
+    tmp_path: Path, home: Path
+) -> None:
+    log = tmp_path / "job.log"
+    log.write_text("1: iteration 5 / 100\n" * 500 + SEGV_LOG)  # 10.6 KB, over a 4 KiB cap
+    capped = {"NVRX_LIMITS_MAX_INPUT_BYTES": "4096"}
+    proc = run_nvrx("analyze", "log", str(log), "--json", cwd=home, env=capped, wall=FAST)
+    assert proc.code == 0, proc.describe()  # a regular file has an end: read to it
+    assert json.loads(proc.stdout)["fault_class"] == "SEGFAULT"
+    fifo = tmp_path / "job.fifo"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with contextlib.suppress(BrokenPipeError), fifo.open("wb") as out:
+            out.write(log.read_bytes())
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    piped = run_nvrx("analyze", "log", str(fifo), cwd=home, env=capped, wall=FAST)
+    writer.join(timeout=FAST)
+    assert_bad_input(piped, str(fifo), "4096")  # a stream may have no end: it ends at the cap
 
 
 def _one_session(tmp_path: Path) -> Path:

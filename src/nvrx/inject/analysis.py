@@ -24,7 +24,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nvrx.inject.logattr import LogAttribution
 
 from nvrx.config import NvrxConfig, known_secrets, redact_text, secret_env_values
 from nvrx.files import InputError, decode_text, read_bounded, read_text, write_atomic
@@ -62,6 +65,16 @@ def _json(doc: Any) -> str:
 
 
 # --- analyzers ----------------------------------------------------------------------------------
+
+
+def attribute_file(path: Path) -> LogAttribution:
+    """The built-in attribution of a log file of any size, read as it streams (flat memory);
+    InputError when it cannot be read."""
+    from nvrx.files import read_line_blocks
+    from nvrx.inject.logattr import attribute_blocks
+    from nvrx.inject.logscan import MAX_LINE
+
+    return attribute_blocks(read_line_blocks(path, "log", max_line=MAX_LINE))
 
 
 def builtin_log_analyzer(_: Path, text: str) -> tuple[str, dict[str, Any]]:

@@ -84,19 +84,26 @@ hang is reported as a GPU hang. On rank 0 a coordinator that stops answering tel
 freeze (reported as a GIL lock) from a GPU hang, but a SIGSTOP of rank 0 looks the same as a GIL
 lock. The detail field says so when it applies. An asynchronous exception whose exception line
 survives blinding reads as a workload exception.
+
+Cost: `attribute_blocks` reads a log as it streams, one pass, the rules' facts and logscan's scan
+fed together; only lines that hold a keyword of either (`KEYWORDS`) are looked at, and every line
+of a rank while its traceback is open. What is kept is per rank (at most `MAX_RANKS`), never per
+line, so a log of any length is read in flat memory.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from nvrx.inject.logscan import MAX_LINE, STRONG_FAULTS, Failure, first_failure
-from nvrx.limits import small_int
-from nvrx.score.evidence import RESTART, STOP, blind, rank_mentions
+from nvrx.inject import logscan
+from nvrx.inject.logscan import Failure, Scan, feed_blocks, gate_words, text_blocks
+from nvrx.limits import MAX_RANKS, small_int
+from nvrx.score.evidence import MARKER_WORDS, RESTART, STOP, blind_line, rank_mentions
 
 NO_LOGS = "NO LOGS"
 ERRORS_NOT_FOUND = "ERRORS NOT FOUND"
@@ -182,18 +189,18 @@ _COORD_FROZEN = re.compile(r"coordinator \(rank 0\) does not answer")
 _COORD_GONE = re.compile(
     r"coordinator \(rank 0\) is unreachable"
     r"|(?:TCPStore|master|rendezvous)\b.*(?:connection (?:reset|refused|closed)|unreachable)",
-    re.IGNORECASE,
+    re.IGNORECASE | re.ASCII,
 )
 _CUDA = re.compile(
     r"CUDA error|cudaError|device-side assert|illegal memory access|CUBLAS_STATUS"
     r"|\.cu:\d+:.*Assertion .* failed|\bXid\b",
 )
-_GIL = re.compile(r"\bGIL\b|global interpreter lock", re.IGNORECASE)
+_GIL = re.compile(r"\bGIL\b|global interpreter lock", re.IGNORECASE | re.ASCII)
 _SEGV_TEXT = re.compile(r"Fatal Python error: Segmentation fault|\bSIGSEGV\b")
 _ABORT_TEXT = re.compile(r"\(core dumped\)|\bSIGABRT\b|Fatal Python error: Aborted")
 _CHECKPOINT = re.compile(
     r"successfully saved checkpoint|saved checkpoint (?:from|at|to)|checkpoint saved",
-    re.IGNORECASE,
+    re.IGNORECASE | re.ASCII,
 )
 _TB_START = "Traceback (most recent call last):"
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
@@ -316,11 +323,28 @@ class _Exit:
 
 
 @dataclass
-class _Facts:
-    """Everything the rules read, per rank and for the whole log."""
+class _RankTracebacks:
+    """What the rules read of one rank's tracebacks (a log may hold thousands)."""
 
-    lines: list[_Line]
-    by_rank: dict[int, list[_Line]] = field(default_factory=dict)
+    own: _Traceback | None = None  # the first that is not collateral
+    collateral: int = 0
+    own_cuda: list[_Line] = field(default_factory=list)  # own exception lines naming CUDA (4)
+
+    def add(self, tb: _Traceback) -> None:
+        if tb.collateral:
+            self.collateral += 1
+            return
+        self.own = self.own or tb
+        if tb.exc_type and _CUDA.search(tb.exc_message) and len(self.own_cuda) < 4:
+            self.own_cuda.append(tb.lines[-1])
+
+
+@dataclass
+class _Facts:
+    """Everything the rules read, per rank and for the whole log: bounded by the ranks (at most
+    MAX_RANKS), never by the lines."""
+
+    ranks: set[int] = field(default_factory=set)  # ranks that printed a line looked at
     exits: dict[int, _Exit] = field(default_factory=dict)
     running_at_teardown: set[int] = field(default_factory=set)
     timed_out: dict[int, _Line] = field(default_factory=dict)  # collateral: first timeout line
@@ -328,16 +352,17 @@ class _Facts:
     vote_lines: dict[int, _Line] = field(default_factory=dict)
     lost: set[int] = field(default_factory=set)
     coordinator_frozen: bool = False
-    tracebacks: dict[int, list[_Traceback]] = field(default_factory=dict)
+    tracebacks: dict[int, _RankTracebacks] = field(default_factory=dict)
     cuda: dict[int, _Line] = field(default_factory=dict)
     gil: dict[int, _Line] = field(default_factory=dict)
     segv: dict[int, _Line] = field(default_factory=dict)
     abort: dict[int, _Line] = field(default_factory=dict)
     checkpoint_saved: bool = False
+    teardown: bool = False  # srun has started tearing the step down
     task_ids: int = 0  # task ids the srun range lists expanded to so far (MAX_TASKS in all)
 
 
-MAX_TASKS = 1 << 17  # no job has more ranks; a bigger range in a log is garbage, not a job
+MAX_TASKS = MAX_RANKS
 
 
 def _task_list(spec: str, facts: _Facts) -> list[int]:
@@ -358,70 +383,131 @@ def _task_list(spec: str, facts: _Facts) -> list[int]:
 
 
 def _int_list(spec: str) -> list[int]:
-    return [n for n in map(small_int, re.findall(r"\d+", spec)) if n is not None]
+    """The ranks of a list in a log line (no job has MAX_RANKS or more)."""
+    return [n for n in map(small_int, re.findall(r"\d+", spec)) if n is not None and n < MAX_RANKS]
 
 
-def _split(text: str) -> list[_Line]:
-    lines = []
-    for no, raw in enumerate(text.splitlines(), start=1):
-        raw = raw[:MAX_LINE]  # a failure is said in a line's first characters (logscan)
-        m = _LABEL.match(raw)
-        rank, body = (int(m.group(1)), m.group(2)) if m else (None, raw)
-        system = _SYSTEM.match(body) is not None
-        lines.append(_Line(no, None if system else rank, body, system))
-    return lines
+def _line(no: int, raw: str) -> _Line:
+    m = _LABEL.match(raw)
+    rank, body = (small_int(m.group(1)), m.group(2)) if m else (None, raw)
+    system = _SYSTEM.match(body) is not None
+    if rank is not None and rank >= MAX_RANKS:
+        rank = None
+    return _Line(no, None if system else rank, body, system)
 
 
-def _tracebacks(stream: list[_Line]) -> list[_Traceback]:
-    """Tracebacks in one rank's own lines (other ranks' lines interleave in the log)."""
-    found = []
-    i = 0
-    while i < len(stream):
-        if stream[i].text.strip() != _TB_START:
-            i += 1
-            continue
-        start, i = stream[i], i + 1
-        frames: list[_Frame] = []
-        last: list[_Line] = []
-        while i < len(stream) and (m := _FRAME.match(stream[i].text)) is not None:
-            last, source = [stream[i]], ""
-            i += 1
-            if i < len(stream) and stream[i].text[:1] == " " and not _FRAME.match(stream[i].text):
-                source = stream[i].text.strip()
-                last.append(stream[i])
-                i += 1
-            while i < len(stream) and _CARET.match(stream[i].text):
-                i += 1
-            frames.append(_Frame(m.group("file"), m.group("func"), source))
-        exc_type, message = None, ""
-        if i < len(stream) and (m := _EXC_LINE.match(stream[i].text.strip())) is not None:
+class _TracebackReader:
+    """One rank's traceback, read a line of that rank at a time: the header, then frames (each
+    `File ...` line, its source line, caret lines), then the exception line, if any."""
+
+    def __init__(self, start: _Line) -> None:
+        self.start = start
+        self.frames: list[_Frame] = []
+        self.last: list[_Line] = []  # the last frame and its source line
+        self.state = "frames"  # "source" after a frame line, "carets" after its source
+
+    def feed(self, line: _Line) -> tuple[_Traceback, bool] | None:
+        """None while the traceback goes on; else the traceback and whether `line` was its
+        last line (if not, the line is read afresh: it may start the next traceback)."""
+        text = line.text
+        if self.state == "source":
+            self.state = "carets"
+            if text[:1] == " " and not _FRAME.match(text):
+                self.frames[-1] = replace(self.frames[-1], source=text.strip())
+                self.last.append(line)
+                return None
+        if self.state == "carets":
+            if _CARET.match(text):
+                return None
+            self.state = "frames"
+        if (m := _FRAME.match(text)) is not None:
+            self.frames.append(_Frame(m.group("file"), m.group("func"), ""))
+            self.last, self.state = [line], "source"
+            return None
+        if (m := _EXC_LINE.match(text.strip())) is not None:
             name = m.group("type")
             if _EXC_NAME.search(name) or "." in name or m.group("msg"):
-                exc_type, message = name, m.group("msg") or ""
-                last.append(stream[i])
-                i += 1
-        found.append(_Traceback(start, tuple(frames), exc_type, message, (start, *last)))
-    return found
+                return self._done(name, m.group("msg") or "", line), True
+        return self.close(), False
+
+    def close(self) -> _Traceback:
+        return _Traceback(self.start, tuple(self.frames), None, "", (self.start, *self.last))
+
+    def _done(self, exc_type: str, message: str, line: _Line) -> _Traceback:
+        lines = (self.start, *self.last, line)
+        return _Traceback(self.start, tuple(self.frames), exc_type, message, lines)
 
 
-def _facts(text: str) -> _Facts:
-    facts = _Facts(_split(text))
-    teardown = False
-    for line in facts.lines:
-        body = line.text
+# The lower-case words one of which every line that the rules read holds (with logscan's and
+# the blinding markers: the gate of `feed_blocks`).
+_KEYWORDS = (
+    "srun", "slurmstepd", "checkpoint", "timeout", "ranks missing", "connection", "coordinator",
+    "unreachable", "cuda", "device-side", "illegal memory", "cublas", "assertion", "xid", "gil",
+    "global interpreter", "segmentation", "sigsegv", "core dumped", "sigabrt", "aborted",
+    "traceback",
+)  # fmt: skip
+KEYWORDS = gate_words(_KEYWORDS, logscan.KEYWORDS, MARKER_WORDS)
+
+
+class _Reader:
+    """The facts and logscan's scan of a log, fed its lines (logscan.LineReader)."""
+
+    def __init__(self) -> None:
+        self.facts = _Facts()
+        self.scan = Scan()
+        self.open: dict[int, _TracebackReader] = {}  # ranks inside a traceback
+        self.text = False  # a line with text has been read
+
+    @property
+    def every_line(self) -> bool:
+        return bool(self.open)
+
+    def feed(self, no: int, raw: str) -> None:
+        blinded = blind_line(raw)
+        if blinded is None:  # ground truth: the line is not in the log the rules read
+            return
+        self.text = self.text or bool(blinded.strip())
+        self.scan.feed(no, blinded)
+        line = _line(no, blinded)
+        self._facts(line)
+        if line.rank is None:
+            return
+        rank = line.rank
+        reader = self.open.get(rank)
+        if reader is not None:
+            result = reader.feed(line)
+            if result is None:
+                return
+            tb, consumed = result
+            del self.open[rank]
+            self.facts.tracebacks.setdefault(rank, _RankTracebacks()).add(tb)
+            if consumed:
+                return
+        if line.text.strip() == _TB_START:
+            self.open[rank] = _TracebackReader(line)
+
+    def finish(self) -> tuple[_Facts, Scan]:
+        for rank, reader in self.open.items():
+            self.facts.tracebacks.setdefault(rank, _RankTracebacks()).add(reader.close())
+        self.open.clear()
+        return self.facts, self.scan
+
+    def _facts(self, line: _Line) -> None:
+        facts, body = self.facts, line.text
         if line.system:
-            teardown = teardown or _TEARDOWN.search(body) is not None
+            facts.teardown = facts.teardown or _TEARDOWN.search(body) is not None
             if m := _TASK_RUNNING.match(body):
                 facts.running_at_teardown.update(_task_list(m.group("tasks"), facts))
             if m := _TASK_EXIT.match(body):
                 for task in _task_list(m.group("tasks"), facts):
-                    facts.exits.setdefault(task, _Exit(line, m.group("status").strip(), teardown))
-            continue
+                    status = m.group("status").strip()
+                    facts.exits.setdefault(task, _Exit(line, status, facts.teardown))
+            return
         facts.checkpoint_saved = facts.checkpoint_saved or _CHECKPOINT.search(body) is not None
         if line.rank is None:
-            continue
+            return
         rank = line.rank
-        facts.by_rank.setdefault(rank, []).append(line)
+        facts.ranks.add(rank)
         if _TIMEOUT.search(body):
             facts.timed_out.setdefault(rank, line)
         missing = _MISSING.search(body)
@@ -444,10 +530,6 @@ def _facts(text: str) -> _Facts:
         ):
             if pattern.search(body):
                 table.setdefault(rank, line)
-    for rank, stream in facts.by_rank.items():
-        if tbs := _tracebacks(stream):
-            facts.tracebacks[rank] = tbs
-    return facts
 
 
 # --- the rules ----------------------------------------------------------------------------------
@@ -457,19 +539,22 @@ def _is_collateral(facts: _Facts, rank: int) -> bool:
     """A rank that waited for a peer (watchdog timeout) or died of a collateral exception."""
     if rank in facts.timed_out:
         return True
-    tbs = facts.tracebacks.get(rank, [])
-    return bool(tbs) and all(tb.collateral for tb in tbs)
+    tbs = facts.tracebacks.get(rank)
+    return tbs is not None and tbs.own is None and tbs.collateral > 0
 
 
-def _own_tracebacks(facts: _Facts, rank: int) -> list[_Traceback]:
-    return [tb for tb in facts.tracebacks.get(rank, []) if not tb.collateral]
+def _own_traceback(facts: _Facts, rank: int) -> _Traceback | None:
+    """The rank's first traceback that is not collateral."""
+    tbs = facts.tracebacks.get(rank)
+    return tbs.own if tbs is not None else None
 
 
 def _own_evidence(facts: _Facts, rank: int) -> list[_Line]:
     """The rank's own fault evidence, in log order: never a collateral rank's end (its watchdog
     abort, or srun killing it), which is a consequence of someone else's fault."""
     found = [t[rank] for t in (facts.cuda, facts.gil, facts.segv, facts.abort) if rank in t]
-    found += [tb.start for tb in _own_tracebacks(facts, rank)]
+    if (tb := _own_traceback(facts, rank)) is not None:
+        found.append(tb.start)
     exit_ = facts.exits.get(rank)
     if exit_ is not None and not _is_collateral(facts, rank):
         found.append(exit_.line)
@@ -488,7 +573,7 @@ def _root(facts: _Facts) -> tuple[int | None, str]:
         )
     candidates = [
         (ev[0].no, r)
-        for r in sorted(set(facts.by_rank) | set(facts.exits))
+        for r in sorted(facts.ranks | set(facts.exits))
         if not _is_collateral(facts, r) and (ev := _own_evidence(facts, r))
     ]
     if candidates:
@@ -530,16 +615,15 @@ def _classify(facts: _Facts, root: int) -> tuple[FaultClass, str, list[_Line]]:
     status = exit_.status if exit_ else ""
     said = f"srun reports task {root}: {status}"
     ends = [exit_.line] if exit_ else []
-    tbs = _own_tracebacks(facts, root)
+    tb = _own_traceback(facts, root)
     if root in facts.cuda:
-        cuda = [facts.cuda[root]]
-        cuda += [tb.lines[-1] for tb in tbs if tb.exc_type and _CUDA.search(tb.exc_message)]
+        cuda = [facts.cuda[root], *facts.tracebacks[root].own_cuda] if tb else [facts.cuda[root]]
         return "GPU_ERROR", f"first seen at log line {cuda[0].no}", cuda + ends
     if status.startswith("Interrupt"):
-        return "SIGINT", said, [*(tbs[0].lines if tbs else ()), *ends]
-    if tbs:
-        fault, why = _classify_traceback(tbs[0])
-        return fault, why, [*tbs[0].lines, *ends]
+        return "SIGINT", said, [*(tb.lines if tb else ()), *ends]
+    if tb is not None:
+        fault, why = _classify_traceback(tb)
+        return fault, why, [*tb.lines, *ends]
     if "Segmentation fault" in status or root in facts.segv:
         return "SEGFAULT", said if status else "SIGSEGV", ends or [facts.segv[root]]
     if status.startswith("Aborted") or root in facts.abort:
@@ -671,28 +755,36 @@ def _detail(evidence: tuple[Evidence, ...], note: str = "") -> str:
 
 def attribute_log(text: str) -> LogAttribution:
     """Attribute one blinded `srun --label` main log (the rules: the module docstring)."""
-    text = blind(text)
-    if not text.strip():
+    return attribute_blocks(text_blocks(text))
+
+
+def attribute_blocks(blocks: Iterable[str], *, gate: bool = True) -> LogAttribution:
+    """`attribute_log` of a log read in blocks of whole lines (`files.read_line_blocks`): a log
+    of any size in flat memory. Lines are blinded as they are read (`evidence.blind_line`);
+    line numbers are the input's. `gate=False` reads every line, not only those that hold a
+    keyword (the tests' check that the gate changes nothing)."""
+    reader = _Reader()
+    unfed_text = feed_blocks(blocks, reader, KEYWORDS, gate=gate)
+    facts, scan = reader.finish()
+    if not (reader.text or unfed_text):
         return LogAttribution(NO_LOGS, rules=("empty log",))
-    facts = _facts(text)
     root, root_rule = _root(facts)
     if root is None:
-        failure, failures = first_failure(text)
+        failure = scan.root()
         if failure is not None and failure.fault != "HANG":
-            return _first_failure(facts, failure, failures)
+            return _first_failure(facts, failure, scan)
         if facts.timed_out:
             return _hang_without_root(facts)
         if failure is not None:
-            return _first_failure(facts, failure, failures)
+            return _first_failure(facts, failure, scan)
         return LogAttribution(
             ERRORS_NOT_FOUND, checkpoint_saved=facts.checkpoint_saved, rules=("no errors",)
         )
     fault, why, lines = _classify(facts, root)
-    if fault == "CRASH":  # the rules' catch-all: the root's own lines may say what it was
-        said = [f for f in first_failure(text)[1] if f.rank == root and f.fault in STRONG_FAULTS]
-        if said:
-            fault = said[0].fault  # type: ignore[assignment]
-            why = f"{why}; the log says: {said[0].text[:160]}"
+    # CRASH is the rules' catch-all: the root's own lines may say what it was.
+    if fault == "CRASH" and (said := scan.strong.get(root)) is not None:
+        fault = said.fault  # type: ignore[assignment]
+        why = f"{why}; the log says: {said.text[:160]}"
     if root in facts.vote_lines:
         lines.append(facts.vote_lines[root])
     secondary, collateral = _secondary(facts, root)
@@ -721,7 +813,7 @@ def attribute_log(text: str) -> LogAttribution:
     )
 
 
-def _first_failure(facts: _Facts, root: Failure, failures: list[Failure]) -> LogAttribution:
+def _first_failure(facts: _Facts, root: Failure, scan: Scan) -> LogAttribution:
     """A log the rank rules above cannot read (no `srun --label` ranks, or no rank that they
     can tell failed): its first failure in causal order (logscan), on its rank if the log says
     which, else on an unknown rank."""
@@ -732,11 +824,11 @@ def _first_failure(facts: _Facts, root: Failure, failures: list[Failure]) -> Log
         (root.rank,) if root.rank is not None and fault != "HANG" else (),
         _clean(f"{who}: {_PRIMARY.get(fault, 'collective timeout (watchdog hang)')}"),
     )
-    others = sorted({f.rank for f in failures if f.rank is not None and f.rank != root.rank})
+    others, after = scan.others(root)
     secondary = (
         (Issue(tuple(others), _clean(f"{_ranks_text(others)}: failed after it")),) if others else ()
     )
-    lines = [root, *[f for f in failures if f is not root][:3]]
+    lines = [root, *after]
     evidence = tuple(Evidence(f.line, f.rank, _defuse(f.text)) for f in lines)
     return LogAttribution(
         decision=decision,

@@ -14,16 +14,24 @@ exception; only then a lost store or rendezvous (a symptom of a peer's death, un
 else failed); and a collective timeout only when nothing failed at all: the peers that time out
 are the ones left waiting, so the rank that stopped is unknown. Symptoms (torch's
 `DistBackendError` and `ChildFailedError`, `terminate called`, `Exception ignored in`) are
-never the root. Linear in the log: each line is matched against a fixed set of patterns, on its
-first `MAX_LINE` characters.
+never the root.
+
+Cost: linear in the log, memory flat in its length. `feed_blocks` looks only at the lines that
+hold one of the readers' lower-case `KEYWORDS` (a few `str.find` scans of each block, in C), plus
+every line while a reader asks for them all (`logattr` inside a traceback); the patterns run on
+a line's first `MAX_LINE` characters. `Scan` keeps what the root needs (the first failure of each
+class, the first few failures, each rank's first strong one), so its memory grows with the
+number of ranks (at most `MAX_RANKS`), never with the number of lines.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Protocol
 
-from nvrx.limits import small_int
+from nvrx.limits import MAX_RANKS, small_int
 
 # A failure is said in its first characters; a 100 MB line must not cost 100 MB of matching.
 MAX_LINE = 4096
@@ -31,7 +39,7 @@ MAX_LINE = 4096
 # (fault class, pattern), most specific first; the first that matches a line names its failure.
 # The names are logattr's FaultClass values.
 PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (fault, re.compile(pattern, re.IGNORECASE))
+    (fault, re.compile(pattern, re.IGNORECASE | re.ASCII))
     for fault, pattern in (
         (
             "CUDA_OOM",
@@ -110,13 +118,13 @@ _RANK_PREFIX = re.compile(r"\[rank(\d{1,9})\]:")
 _RANK_IN_TEXT = re.compile(
     r"\[(?:PG [^\]]*)?Rank (\d{1,9})\]|\bRank (\d{1,9}):|\(RANK (\d{1,9})\)"
     r"|srun: error: \S+: task (\d{1,9}):|\brank (\d{1,9})\b",
-    re.IGNORECASE,
+    re.IGNORECASE | re.ASCII,
 )
 # Where a rank is said for the lines that follow: a traceback header `(RANK 3)`, torch
 # elastic's failure summary `rank      : 3 (local_rank: 3)`.
 _CONTEXT_RANK = re.compile(
     r"Traceback \(most recent call last\):.*\bRANK (\d{1,9})|\brank\s*:\s*(\d{1,9}) \(local_rank",
-    re.IGNORECASE,
+    re.IGNORECASE | re.ASCII,
 )
 
 
@@ -131,14 +139,20 @@ class Failure:
 
 
 def line_rank(line: str) -> int | None:
-    """The rank a line belongs to, from its prefix or its message; None when it does not say."""
+    """The rank a line belongs to, from its prefix or its message; None when it does not say
+    (or says a number no job has as a rank)."""
     head = line[:200]
     for pattern in (_SRUN_LABEL, _RANK_PREFIX):
         if (m := pattern.search(head)) is not None:
-            return small_int(m.group(1))
+            return _rank(m.group(1))
     if (m := _RANK_IN_TEXT.search(line[:MAX_LINE])) is not None:
-        return small_int(next(g for g in m.groups() if g is not None))
+        return _rank(next(g for g in m.groups() if g is not None))
     return None
+
+
+def _rank(digits: str) -> int | None:
+    rank = small_int(digits)
+    return rank if rank is not None and rank < MAX_RANKS else None
 
 
 def _failure(no: int, line: str) -> Failure | None:
@@ -151,35 +165,154 @@ def _failure(no: int, line: str) -> Failure | None:
     return None
 
 
-def _failures(text: str) -> list[Failure]:
-    """Every failure line; one without a rank of its own takes the rank its context said (a
-    traceback header's, an elastic summary's), if any."""
-    found: list[Failure] = []
+# Failures kept in log order beyond the first of each class: evidence for the report.
+EARLY = 4
+
+
+@dataclass
+class Scan:
+    """The failures of a log, fed a line at a time: what `root` needs, in memory that grows with
+    the ranks, not the lines. A failure line without a rank of its own takes the rank its
+    context said (a traceback header's, an elastic summary's), if any."""
+
     context: int | None = None
-    for no, line in enumerate(text.splitlines(), 1):
+    first: dict[str, Failure] = field(default_factory=dict)  # per class
+    first_ranked: dict[str, Failure] = field(default_factory=dict)  # per class, with a rank
+    early: list[Failure] = field(default_factory=list)  # the first EARLY failures
+    ranks: set[int] = field(default_factory=set)  # every rank that failed
+    strong: dict[int, Failure] = field(default_factory=dict)  # each rank's first strong failure
+
+    def feed(self, no: int, line: str) -> None:
         if (m := _CONTEXT_RANK.search(line[:MAX_LINE])) is not None:
-            context = small_int(m.group(1) or m.group(2))
-        if (f := _failure(no, line)) is not None:
-            found.append(f if f.rank is not None or context is None else replace(f, rank=context))
-    return found
+            self.context = _rank(m.group(1) or m.group(2))
+        f = _failure(no, line)
+        if f is None:
+            return
+        if f.rank is None and self.context is not None:
+            f = replace(f, rank=self.context)
+        self.first.setdefault(f.fault, f)
+        if len(self.early) < EARLY:
+            self.early.append(f)
+        if f.rank is not None:
+            self.first_ranked.setdefault(f.fault, f)
+            self.ranks.add(f.rank)
+            if f.fault in STRONG_FAULTS:
+                self.strong.setdefault(f.rank, f)
+
+    def root(self) -> Failure | None:
+        """The root failure (None: nothing failed). A root without a rank takes the rank of a
+        later report of the same failure that says it (the watchdog's `[Rank 1] ... ECC error`
+        after the traceback's own line)."""
+        for tier in (STRONG_FAULTS, {"WORKLOAD_EXC"}, *({weak} for weak in _WEAK)):
+            found = [self.first[fault] for fault in tier if fault in self.first]
+            if found:
+                root = min(found, key=lambda f: f.line)
+                if root.rank is None and (later := self.first_ranked.get(root.fault)):
+                    root = replace(root, rank=later.rank)
+                return root
+        return None
+
+    def others(self, root: Failure) -> tuple[list[int], list[Failure]]:
+        """The ranks that failed besides the root's, and the first failures after it."""
+        ranks = sorted(self.ranks - {root.rank} if root.rank is not None else self.ranks)
+        return ranks, [f for f in self.early if f.line != root.line][: EARLY - 1]
 
 
-def first_failure(text: str) -> tuple[Failure | None, list[Failure]]:
-    """The root failure of a log (None: nothing failed) and every failure line, in order. A
-    root without a rank takes the rank of a later report of the same failure that says it (the
-    watchdog's `[Rank 1] ... ECC error` after the traceback's own line)."""
-    found = _failures(text)
-    for tier in (
-        [f for f in found if f.fault in STRONG_FAULTS],
-        [f for f in found if f.fault == "WORKLOAD_EXC"],
-        *([f for f in found if f.fault == weak] for weak in _WEAK),
-    ):
-        if tier:
-            root = tier[0]
-            if root.rank is None:
-                later = next(
-                    (f for f in tier if f.fault == root.fault and f.rank is not None), None
-                )
-                root = replace(root, rank=later.rank) if later else root
-            return root, found
-    return None, found
+# --- reading only the lines that can matter -----------------------------------------------------
+
+# Lower-case words one of which every line that a pattern above can match holds (a line without
+# any cannot fail by these patterns, so it is not looked at). `tests/test_logscan.py` checks the
+# gate against the patterns on the corpus and on generated lines.
+KEYWORDS = (
+    "memory", "cublas", "device-side", "assert", "ncclinvalid", "duplicate gpu", "xid", "error",
+    "fallen off", "illegal", "launch failure", "cuda", "oom", "kill", "found nan", "loss is nan",
+    "nan or inf", "nan loss", "nan detected", "fault", "sig", "exitcode", "return code",
+    "cancelled", "stale file", "quota", "no space", "write failed", "failed writing",
+    "remote process", "nccl warn", "ibv_", "core dumped", "abort", "connection", "recvvalue",
+    "tcpstore", "broken pipe", "keepalive", "timeout", "exception", "traceback", "local_rank",
+)  # fmt: skip
+
+
+class LineReader(Protocol):
+    """What `feed_blocks` feeds."""
+
+    def feed(self, no: int, line: str) -> None: ...
+
+    @property
+    def every_line(self) -> bool:
+        """Whether the reader needs every line now, keywords or not."""
+        ...
+
+
+def text_blocks(text: str, size: int = 1 << 20) -> Iterator[str]:
+    """`text` in blocks of whole lines of about `size` characters."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", min(start + size, len(text)) - 1)
+        end = len(text) if end < 0 else end + 1
+        yield text[start:end]
+        start = end
+
+
+def gate_words(*keywords: Iterable[str]) -> tuple[str, ...]:
+    """The words of a gate: every keyword of each reader, less those that hold a shorter one
+    (a line holding `sigkill` holds `sig`), so that each block is searched fewer times."""
+    words = sorted(set().union(*map(set, keywords)), key=len)
+    kept: list[str] = []
+    for word in words:
+        if not any(k in word for k in kept):
+            kept.append(word)
+    return tuple(kept)
+
+
+def feed_blocks(
+    blocks: Iterable[str], reader: LineReader, keywords: Iterable[str], *, gate: bool = True
+) -> bool:
+    """Feed `reader` each line of `blocks` (whole lines; `read_line_blocks`, `text_blocks`) that
+    holds one of the lower-case `keywords`, or every line while `reader.every_line`; with
+    `gate=False`, every line. Lines are numbered from 1 by newline; a line's `\\r`-separated
+    parts (progress bars) are fed as lines of that number. Each line is cut at MAX_LINE.
+
+    Returns whether a line that was not fed holds text (not only white space)."""
+    words = tuple(keywords)
+    before = 0  # lines before `pos`
+    unfed_text = False
+    for block in blocks:
+        starts = _keyword_lines(block, words) if gate else None
+        pos, end_of_block, i = 0, len(block), 0
+        while pos < end_of_block:
+            if starts is not None and not reader.every_line:
+                while i < len(starts) and starts[i] < pos:
+                    i += 1
+                nxt = starts[i] if i < len(starts) else end_of_block
+                if nxt > pos:
+                    unfed_text = unfed_text or not block[pos:nxt].isspace()
+                    before += block.count("\n", pos, nxt)
+                    pos = nxt
+                    if pos >= end_of_block:
+                        break
+            end = block.find("\n", pos)
+            if end < 0:
+                end = end_of_block
+            before += 1
+            for part in block[pos : min(end, pos + MAX_LINE)].splitlines() or [""]:
+                reader.feed(before, part)
+            pos = end + 1
+    return unfed_text
+
+
+def _keyword_lines(block: str, words: tuple[str, ...]) -> list[int] | None:
+    """The start offsets of the lines of `block` that hold one of `words`, in order; None when
+    lower-casing changes the block's length (a few non-ASCII letters do), so that offsets into
+    the lower-cased text are not offsets into the block: then every line is read."""
+    low = block.lower()
+    if len(low) != len(block):
+        return None
+    starts: set[int] = set()
+    for word in words:
+        at = low.find(word)
+        while at >= 0:
+            starts.add(block.rfind("\n", 0, at) + 1)
+            end = block.find("\n", at)
+            at = low.find(word, end + 1) if end >= 0 else -1
+    return sorted(starts)

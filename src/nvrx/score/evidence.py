@@ -65,6 +65,19 @@ def blind(text: str) -> str:
     return _INJECTED_CLASS.sub(BLINDED_CLASS, text)
 
 
+def blind_line(line: str) -> str | None:
+    """`blind` of one line: None for a ground-truth line (dropped), else the line with
+    experiment names and the injected class replaced."""
+    if _MARKER.search(line) is not None:
+        return None
+    return _INJECTED_CLASS.sub(BLINDED_CLASS, _EXPERIMENT_NAME.sub(BLINDED_NAME, line))
+
+
+# Lower-case words one of which every line that `blind` drops holds: a reader that looks only at
+# lines holding some word of its own (logscan's gate) must look at these too, to drop them.
+MARKER_WORDS = ("fault injection", "megatron_fault", "inject_fault")
+
+
 def has_marker(text: str) -> bool:
     return _MARKER.search(text) is not None
 
