@@ -13,7 +13,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 GOOD_ANSWER = {
     "restart_correct": "true",
@@ -45,7 +45,32 @@ class Seen:
     raw: bytes
 
 
-class FakeOpenAI:
+class LoopbackServer:
+    """A threaded HTTP server on 127.0.0.1 (a free port) serving `_handler()`'s requests while
+    it is entered; `base_url` is its OpenAI-style `/v1` root."""
+
+    def __init__(self) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        raise NotImplementedError
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_port}/v1"
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class FakeOpenAI(LoopbackServer):
     def __init__(
         self,
         replies: list[Reply] | None = None,
@@ -58,21 +83,7 @@ class FakeOpenAI:
         self.reject_formats = reject_formats
         self.seen: list[Seen] = []
         self._lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_port}/v1"
-
-    def __enter__(self) -> FakeOpenAI:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__()
 
     def _next(self, body: dict[str, Any]) -> Reply:
         fmt = (body.get("response_format") or {}).get("type")

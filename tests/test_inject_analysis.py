@@ -156,3 +156,80 @@ def test_an_upstream_fr_analyzer_reads_a_missing_dump_dir_as_no_dumps(tmp_path: 
 
     text, doc = analysis.upstream_fr_analyzer(timeout=60)(tmp_path / "checkpoints", "_dump_*")
     assert (text, doc["ranks"]) == (analysis.NO_DUMPS, [])
+
+
+# --- the logsage plug-in (the real package end to end: tests/test_logsage.py) -------------------
+
+
+def _logsage_config(tmp_path: Path, **settings: object) -> object:
+    from nvrx.config import load_config
+
+    cli = {k: (v, "test") for k, v in {"inject.log_analyzer": "logsage", **settings}.items()}
+    return load_config(environ={}, cli=cli, cwd=tmp_path, home=tmp_path).config
+
+
+def test_logsages_json_answer_becomes_its_five_field_text() -> None:
+    from nvrx.inject.analysis import logsage_text
+    from nvrx.score.evidence import Attribution
+
+    stop = {
+        "error_count": 3,
+        "error_analysis": {
+            "auto_resume": "STOP - DONT RESTART IMMEDIATE",
+            "auto_resume_verbose": "user code\nfailed",
+            "attribution": "Primary issues: [rank 1 segfault], Secondary issues: [rank 0 timeout]",
+            "explanation": "",
+            "checkpoint_saved": False,
+        },
+    }
+    parsed = Attribution.parse(logsage_text(stop))
+    assert (parsed.decision, parsed.primary_ranks, parsed.secondary_ranks) == (
+        "STOP", frozenset({1}), frozenset({0}),
+    )  # fmt: skip
+    assert logsage_text(stop).splitlines()[3] == "user code failed"  # one line per field
+    clean = {"error_count": 0, "recommendation": "No errors detected, no action needed."}
+    assert Attribution.parse(logsage_text(clean)).decision == "CONTINUE"
+    failed = {"error_count": 1, "error_analysis": {"auto_resume": "LLM ENDPOINT FAILED"}}
+    assert Attribution.parse(logsage_text(failed)).decision == "LLM FAILURE"
+
+
+@pytest.mark.parametrize("doc", [[], {"answer": 1}, {"error_count": 1, "error_analysis": "x"}])
+def test_an_answer_that_is_not_logsages_is_an_analysis_error(doc: object) -> None:
+    from nvrx.inject.analysis import AnalysisError, logsage_text
+
+    with pytest.raises(AnalysisError, match="logsage output"):
+        logsage_text(doc)
+
+
+def test_logsage_without_the_package_or_with_a_bad_python_is_refused_before_any_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nvrx.inject.analysis import Analyzers
+    from nvrx.inject.pool import PoolError
+
+    monkeypatch.delenv("NVRX_LOGSAGE_SCRIPT", raising=False)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
+    with pytest.raises(PoolError, match="pip install logsage"):
+        Analyzers.from_config(_logsage_config(tmp_path), 2)  # type: ignore[arg-type]
+    text = tmp_path / "python"
+    text.write_text("not a program")
+    with pytest.raises(PoolError, match=f"not an executable file: {text}"):
+        Analyzers.from_config(_logsage_config(tmp_path, **{"inject.logsage_python": str(text)}), 2)  # type: ignore[arg-type]
+
+
+def test_logsage_at_a_remote_endpoint_needs_a_key_but_a_loopback_one_does_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nvrx.inject.analysis import Analyzers
+    from nvrx.inject.pool import PoolError
+
+    monkeypatch.delenv("NVRX_LOGSAGE_SCRIPT", raising=False)
+    monkeypatch.delenv("NVIDIA_API_KEY", raising=False)
+    python = {"inject.logsage_python": sys.executable}
+    remote = _logsage_config(
+        tmp_path, **python, **{"inject.llm_base_url": "https://llm.example/v1"}
+    )
+    with pytest.raises(PoolError, match="needs an API key"):
+        Analyzers.from_config(remote, 2)  # type: ignore[arg-type]
+    local = _logsage_config(tmp_path, **python, **{"inject.llm_base_url": "http://127.0.0.1:9/v1"})
+    assert Analyzers.from_config(local, 2).log_name == "logsage"  # type: ignore[arg-type]

@@ -356,7 +356,10 @@ class InjectSettings(_Section):
     nfs_inductor_cache: OptionalStr = Field(None)
     fr_pattern: str = Field("_dump_*", description="flight-recorder dump file pattern")
     log_analyzer: Literal["builtin", "logsage"] = Field(
-        "builtin", description="builtin rules, or upstream's logsage CLI (installed + endpoint)"
+        "builtin", description="builtin rules, or logsage (the PyPI package, or upstream's script)"
+    )
+    logsage_python: OptionalPath = Field(
+        None, description="a Python that has the logsage package (None: nvrx's own)"
     )
     fr_analyzer: Literal["builtin", "nvrx-fr"] = Field(
         "builtin", description="builtin torch-free analyzer, or upstream's FR module (installed)"

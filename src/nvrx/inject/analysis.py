@@ -29,7 +29,7 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from nvrx.inject.logattr import LogAttribution
 
-from nvrx.config import NvrxConfig, known_secrets, redact_text, secret_env_values
+from nvrx.config import NvrxConfig, known_secrets, redact_text, redact_urls, secret_env_values
 from nvrx.files import InputError, decode_text, read_bounded, read_text, write_atomic
 from nvrx.inject.pool import PoolError
 from nvrx.inject.session import Record, Session
@@ -95,16 +95,23 @@ def builtin_fr_analyzer(checkpoints: Path, pattern: str) -> tuple[str, dict[str,
     return fr.table(result), fr.to_json(result)
 
 
-def _run(argv: list[str], cwd: Path, timeout: float, what: str, secrets: Sequence[str]) -> str:
+def _run(
+    argv: list[str],
+    cwd: Path,
+    timeout: float,
+    what: str,
+    secrets: Sequence[str],
+    env: dict[str, str] | None = None,
+) -> str:
     """An external analyser's output, its secrets masked (it may echo the key it read): the
-    run's `secrets` and, always, the credential variables of the environment it inherits."""
-    secrets = [*secrets, *secret_env_values(os.environ)]
+    run's `secrets` and, always, the credential variables of the environment it gets."""
+    secrets = [*secrets, *secret_env_values(env if env is not None else os.environ)]
     # Its output goes to files read back through the bounded reader: an analyser that prints
     # without end must not take the driver's memory with it.
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         try:
             proc = subprocess.run(
-                argv, cwd=cwd, stdout=out, stderr=err, timeout=timeout, check=False
+                argv, cwd=cwd, stdout=out, stderr=err, timeout=timeout, check=False, env=env
             )
         except subprocess.TimeoutExpired:
             raise AnalysisError(f"{what} did not finish within {timeout:g} s") from None
@@ -147,6 +154,81 @@ def logsage_analyzer(
     return analyze
 
 
+LOGSAGE_MODULE = "logsage.auto_resume_policy.main"  # the PyPI package's command line
+LOGSAGE_OUTPUT = "logsage.json"
+# logsage's answer when its model could not be reached, and ours for it (the judge's sentinel).
+_LOGSAGE_LLM_FAILED = "LLM ENDPOINT FAILED"
+
+
+def logsage_package_analyzer(
+    python: Path,
+    model: str,
+    base_url: str,
+    api_key: str,
+    timeout: float,
+    secrets: Sequence[str] = (),
+) -> LogAnalyzer:
+    """The `logsage` package from PyPI, run as its own command line (`python -m
+    logsage.auto_resume_policy.main -a LOG -o OUT`) by `python`, which has it installed (it
+    brings langchain and pandas, which nvrx does not want in its own environment).
+
+    The package talks to NVIDIA's endpoints through langchain's ChatNVIDIA; it is pointed at
+    `base_url` (any OpenAI-compatible server) by the variables ChatNVIDIA and logsage read. Its
+    JSON answer is written in the experiment's analysis/ dir, read back through the bounded
+    reader and turned into logsage's 5-field text (`logsage_text`)."""
+
+    def analyze(analysis_dir: Path, _: str) -> tuple[str, dict[str, Any]]:
+        out = analysis_dir / LOGSAGE_OUTPUT
+        out.unlink(missing_ok=True)  # an answer from an earlier run must not be read as this one
+        argv = [
+            str(python), "-m", LOGSAGE_MODULE, "-a", str(analysis_dir / STRIPPED_LOG),
+            "-o", str(out),
+        ]  # fmt: skip
+        env = {
+            **os.environ,
+            "NVIDIA_BASE_URL": base_url,
+            "MODEL_NAME": model,
+            # logsage registers the model at this inference URL ("personal endpoint").
+            "MODEL_FUNCTION_ID": base_url.rstrip("/") + "/chat/completions",
+            "PERSONAL_ENDPOINT": "true",
+            "NVIDIA_API_KEY": api_key,
+        }
+        _run(argv, analysis_dir, timeout, "logsage", [*secrets, api_key], env=env)
+        try:
+            raw = read_text(out, "logsage output")
+            doc = json.loads(raw)
+        except InputError as exc:
+            raise AnalysisError(f"logsage wrote no answer: {exc}") from None
+        except json.JSONDecodeError as exc:
+            raise AnalysisError(f"logsage output {out}: not JSON ({exc.msg})") from None
+        text = redact_text(logsage_text(doc), [*secrets, api_key])
+        return text, {**attribution_json(text), "source": "logsage"}
+
+    return analyze
+
+
+def logsage_text(doc: Any) -> str:
+    """The 5-field text (decision, explanation, attribution, detail, checkpoint saved) of the
+    logsage package's JSON answer; AnalysisError when it is not one."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("error_count"), int):
+        raise AnalysisError("logsage output is not its analysis (no error_count)")
+    found = doc.get("error_analysis")
+    if found is None:  # it found no error in the log
+        return "ERRORS NOT FOUND\n\n\n\nFalse\n"
+    if not isinstance(found, dict):
+        raise AnalysisError("logsage output: error_analysis is not an object")
+    fields = {k: str(found.get(k) or "") for k in ("auto_resume", "explanation", "attribution")}
+    decision = fields["auto_resume"]
+    if _LOGSAGE_LLM_FAILED in decision:
+        decision = "LLM FAILURE"
+    attribution = fields["attribution"].strip()
+    if attribution and not attribution.startswith("Attribution:"):
+        attribution = f"Attribution: {attribution}"
+    detail = " ".join(str(found.get("auto_resume_verbose") or "").split())
+    saved = str(bool(found.get("checkpoint_saved")))
+    return "\n".join((decision, fields["explanation"], attribution, detail, saved)) + "\n"
+
+
 def upstream_fr_analyzer(timeout: float, secrets: Sequence[str] = ()) -> FrAnalyzer:
     def analyze(checkpoints: Path, pattern: str) -> tuple[str, dict[str, Any]]:
         if not checkpoints.is_dir():  # no dump directory: nothing to analyse (not a failure)
@@ -175,6 +257,59 @@ def attribution_json(text: str) -> dict[str, Any]:
     }
 
 
+def _logsage(config: NvrxConfig, secrets: Sequence[str]) -> LogAnalyzer:
+    """The configured logsage: upstream's script when NVRX_LOGSAGE_SCRIPT names one, else the
+    PyPI package run by `inject.logsage_python` (or nvrx's own Python when it has it)."""
+    inj = config.inject
+    model = inj.log_analysis_model or inj.llm_model
+    base_url = inj.log_analysis_base_url or inj.llm_base_url
+    script = os.environ.get(LOGSAGE_SCRIPT_ENV, "")
+    if script:
+        if not Path(script).is_file():
+            raise PoolError(f"{LOGSAGE_SCRIPT_ENV} names no file: {script!r}")
+        return logsage_analyzer(Path(script), model, base_url, inj.analysis_timeout, secrets)
+    if inj.logsage_python is not None:
+        python = Path(inj.logsage_python)
+        if not (python.is_file() and os.access(python, os.X_OK)):
+            raise PoolError(f"inject.logsage_python is not an executable file: {python}")
+    elif importlib.util.find_spec("logsage") is not None:
+        python = Path(sys.executable)
+    else:
+        raise PoolError(
+            "inject.log_analyzer=logsage needs the logsage package (pip install logsage, here "
+            "or in the Python that inject.logsage_python names), or NVRX_LOGSAGE_SCRIPT set to "
+            "upstream's nvrx_logsage.py"
+        )
+    key = _logsage_key(config, base_url)
+    return logsage_package_analyzer(python, model, base_url, key, inj.analysis_timeout, secrets)
+
+
+def _logsage_key(config: NvrxConfig, base_url: str) -> str:
+    """The key logsage sends: inject.llm_api_key, its key file, or NVIDIA_API_KEY; a loopback
+    endpoint may have none (ChatNVIDIA still wants a value)."""
+    from nvrx.score.run import is_loopback  # the one loopback test
+
+    inj = config.inject
+    if inj.llm_api_key is not None:
+        return inj.llm_api_key.get_secret_value()
+    if inj.llm_api_key_file is not None:
+        try:
+            key = read_text(Path(inj.llm_api_key_file), "API key file", limit=64 << 10).strip()
+        except InputError as exc:
+            raise PoolError(str(exc)) from None
+        if key:
+            return key
+        raise PoolError(f"API key file {inj.llm_api_key_file} is empty")
+    if key := os.environ.get("NVIDIA_API_KEY", ""):
+        return key
+    if is_loopback(base_url):
+        return "nvrx-no-key"
+    raise PoolError(
+        f"inject.log_analyzer=logsage at {redact_urls(base_url)} needs an API key: set "
+        "LLM_API_KEY, LLM_API_KEY_FILE or NVIDIA_API_KEY"
+    )
+
+
 class AnalysisError(Exception):
     """One analyser failed on one experiment; the message says which and why."""
 
@@ -197,19 +332,7 @@ class Analyzers:
         log: LogAnalyzer = builtin_log_analyzer
         fr: FrAnalyzer = builtin_fr_analyzer
         if inj.log_analyzer == "logsage":
-            script = os.environ.get(LOGSAGE_SCRIPT_ENV, "")
-            if not script or not Path(script).is_file():
-                raise PoolError(
-                    f"inject.log_analyzer=logsage needs {LOGSAGE_SCRIPT_ENV} set to upstream's "
-                    f"nvrx_logsage.py (got {script!r})"
-                )
-            log = logsage_analyzer(
-                Path(script),
-                inj.log_analysis_model or inj.llm_model,
-                inj.log_analysis_base_url or inj.llm_base_url,
-                inj.analysis_timeout,
-                secrets,
-            )
+            log = _logsage(config, secrets)
         if inj.fr_analyzer == "nvrx-fr":
             if importlib.util.find_spec("nvidia_resiliency_ext") is None:
                 raise PoolError(
