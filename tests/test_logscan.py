@@ -114,3 +114,20 @@ def test_a_non_ascii_letter_that_lower_casing_widens_turns_the_gate_off_not_wron
     text = "0: İİİİ iteration 5\n" * 3 + "1: RuntimeError: CUDA error: an illegal memory access\n"
     assert attribute_log(text).fault_class == "GPU_ERROR"
     assert attribute_log(text).root_rank == 1
+
+
+@pytest.mark.parametrize(
+    ("line", "fault"),
+    [
+        ("srun: error: Node failure on jean-zay-iam37", "NODE_LOST"),
+        ("slurmstepd: error: *** STEP 7.0 ON n1 CANCELLED AT 2023-03-06T03:17:51 DUE TO NODE "
+         "FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***", "NODE_LOST"),
+        ("slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2024-01-01T00:00:00 DUE TO TIME LIMIT "
+         "***", "SIGTERM"),
+        ("host:301:301 [0] enqueue.cc:1085 NCCL WARN Cuda failure 'out of memory'", "CUDA_OOM"),
+        ("host:301:301 [0] NCCL WARN Cuda failure 2 'out of memory'", "CUDA_OOM"),
+    ],
+)  # fmt: skip
+def test_what_slurm_and_nccl_print_names_its_failure(line: str, fault: str) -> None:
+    result = attribute_log(f"iteration 5 / 100\n{line}\n")
+    assert result.fault_class == fault

@@ -74,9 +74,9 @@ Decisions follow the restart table (score.md §1): hangs and signals restart; cr
 exceptions and GPU errors stop. A log these rules find no failing rank in (no `srun --label`
 ranks, or none that failed by them) is read by `logscan` for its first failure in causal order,
 in any format, with the classes real jobs add (CUDA_OOM, HOST_OOM, DEVICE_ASSERT, NAN_LOSS,
-IO_ERROR, NCCL_ERROR, STORE_LOST); a CRASH whose rank's own lines say what it was takes that
-class. Every class has a category and its decision (docs/log-attribution-policy.md). No error at
-all → `ERRORS NOT FOUND`; an empty log → `NO LOGS`.
+IO_ERROR, NCCL_ERROR, STORE_LOST, NODE_LOST); a CRASH whose rank's own lines say what it was
+takes that class. Every class has a category and its decision
+(docs/log-attribution-policy.md). No error at all → `ERRORS NOT FOUND`; an empty log → `NO LOGS`.
 
 Limits, stated rather than guessed around: a GPU sleep, a GIL lock and a SIGSTOP all leave a
 non-zero rank silent but connected until srun kills it, so the log cannot tell them apart: such a
@@ -113,6 +113,7 @@ FaultClass = Literal[
     "LOCK_GIL", "SEGFAULT", "SIGINT", "SIGKILL", "SIGTERM", "SIGSTOP", "CRASH", "HANG",
     # What real jobs print beyond the injected faults (logscan):
     "CUDA_OOM", "HOST_OOM", "DEVICE_ASSERT", "NAN_LOSS", "IO_ERROR", "NCCL_ERROR", "STORE_LOST",
+    "NODE_LOST",
 ]  # fmt: skip
 
 # The category of each class (docs/log-attribution-policy.md): what failed, which decides the
@@ -140,6 +141,7 @@ CATEGORIES: dict[str, Category] = {
     "IO_ERROR": "infrastructure",
     "NCCL_ERROR": "infrastructure",
     "STORE_LOST": "infrastructure",
+    "NODE_LOST": "infrastructure",
 }
 
 # Decision and the reason given in the explanation field, per class (score.md §1).
@@ -165,6 +167,7 @@ DECISIONS: dict[str, tuple[str, str]] = {
     "IO_ERROR": (RESTART, "a filesystem error is outside the job; a new allocation recovers"),
     "NCCL_ERROR": (RESTART, "a network error is outside the job; a new allocation recovers"),
     "STORE_LOST": (RESTART, "the rendezvous host was lost; a new allocation recovers"),
+    "NODE_LOST": (RESTART, "Slurm lost a node of the job; a new allocation recovers"),
 }
 
 # --- line grammar --------------------------------------------------------------------------------
@@ -687,6 +690,7 @@ _PRIMARY: dict[str, str] = {
     "IO_ERROR": "filesystem I/O error",
     "NCCL_ERROR": "NCCL network error (a peer or link lost)",
     "STORE_LOST": "lost the rendezvous store (TCPStore) or its connection",
+    "NODE_LOST": "node failure: Slurm lost the node (the ranks on it vanished)",
 }
 
 # Text that would change how `evidence.Attribution.parse` reads the fields if quoted from the log.

@@ -9,10 +9,10 @@ rank label is evidence all the same, never dropped. Its failure comes from the f
 GPU error; a device-side assert is a code bug, not hardware).
 
 The root is the earliest failure in causal order: a strong one (an OOM, a GPU or CUDA error, a
-crash, a kill, a signal, an I/O or network error) before anything else; else the earliest
-exception; only then a lost store or rendezvous (a symptom of a peer's death, unless nothing
-else failed); and a collective timeout only when nothing failed at all: the peers that time out
-are the ones left waiting, so the rank that stopped is unknown. Symptoms (torch's
+crash, a kill, a signal, a lost node, an I/O or network error) before anything else; else the
+earliest exception; only then a lost store or rendezvous (a symptom of a peer's death, unless
+nothing else failed); and a collective timeout only when nothing failed at all: the peers that
+time out are the ones left waiting, so the rank that stopped is unknown. Symptoms (torch's
 `DistBackendError` and `ChildFailedError`, `terminate called`, `Exception ignored in`) are
 never the root.
 
@@ -44,7 +44,7 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         (
             "CUDA_OOM",
             r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"
-            r"|CUBLAS_STATUS_ALLOC_FAILED|Cuda failure 2 'out of memory'",
+            r"|CUBLAS_STATUS_ALLOC_FAILED|Cuda failure (?:\d+ )?'out of memory'",
         ),
         ("DEVICE_ASSERT", r"device-side assert|\.cu:\d+: .*Assertion .* failed"),
         # A launch mistake NCCL reports: a code or configuration bug, not the network.
@@ -71,10 +71,12 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             r"Signal 9 \(SIGKILL\)|exitcode\s*:\s*-9\b|return code = -9\b|: Killed$"
             r"|^\s*Killed\s*$|\bSIGKILL\b",
         ),
+        # Slurm lost a node of the job: its ranks vanish without a word of their own.
+        ("NODE_LOST", r"\bNode failure on\b|DUE TO NODE FAILURE|\bNODE_FAIL\b"),
         (
             "SIGTERM",
             r"\bSIGTERM\b|Received 15 death signal|exitcode\s*:\s*-15\b"
-            r"|CANCELLED AT \S+ DUE TO (?:TIME LIMIT|PREEMPTION|NODE FAILURE)"
+            r"|CANCELLED AT \S+ DUE TO (?:TIME LIMIT|PREEMPTION)"
             r"|\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT",
         ),
         (
@@ -230,6 +232,7 @@ KEYWORDS = (
     "cancelled", "stale file", "quota", "no space", "write failed", "failed writing",
     "remote process", "nccl warn", "ibv_", "core dumped", "abort", "connection", "recvvalue",
     "tcpstore", "broken pipe", "keepalive", "timeout", "exception", "traceback", "local_rank",
+    "node fail", "node_fail",
 )  # fmt: skip
 
 
