@@ -129,3 +129,21 @@ def test_list_pool_shows_the_default_pool_before_any_sbatch_script_exists(tmp_pa
     rows = [r for r in map(str.split, proc.stdout.splitlines()) if r and r[0] != "#"]
     assert len(rows) == 34
     assert rows[0][1:5] == ["GPU_SLEEP", "1", "5", "2"]
+
+
+def test_user_text_prints_literally_never_as_markup_or_emoji(tmp_path: Path) -> None:
+    # rich would print `:-1:` as a thumbs-down and `:x:` as a cross, and eat `[bold]`.
+    for entry in ("SIGKILL:-1:5:2", "SIGKILL:x:5:2"):
+        proc = run("inject-loop", "--pool", entry, "--dry-run", cwd=tmp_path)
+        assert proc.returncode == 2 and f"'{entry}'" in proc.stderr, proc.stderr
+    model = "[bold]:x:[/bold]:-1:"
+    proc = run("config", "show", "--set", f"inject.llm_model={model}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert model in proc.stdout
+
+
+def test_help_prints_its_text_literally() -> None:
+    proc = run("analyze", "log", "--help")
+    assert proc.returncode == 0
+    assert "[rankN]:" in " ".join(proc.stdout.split())  # not eaten as a rich style tag
+    assert not any(ord(c) > 0x2FFF for c in proc.stdout)  # box drawing, never an emoji

@@ -27,7 +27,10 @@ from nvrx.config import (
 from nvrx.display import printable
 from nvrx.files import InputError, set_input_limit
 
+# User text prints literally everywhere: no rich markup or emoji codes in help or messages (a
+# pool entry `SIGKILL:-1:5:2` must not read as a thumbs-down emoji).
 app = typer.Typer(
+    rich_markup_mode=None,
     name="nvrx",
     help="Resilient large-scale training on Slurm.",
     no_args_is_help=True,
@@ -35,16 +38,26 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-config_app = typer.Typer(help="Inspect the effective configuration.", no_args_is_help=True)
+config_app = typer.Typer(
+    help="Inspect the effective configuration.", no_args_is_help=True, rich_markup_mode=None
+)
 app.add_typer(config_app, name="config")
 analyze_app = typer.Typer(
-    help="Run the built-in analysers on one experiment's artifacts.", no_args_is_help=True
+    help="Run the built-in analysers on one experiment's artifacts.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
 )
 app.add_typer(analyze_app, name="analyze")
 
 # Piped output is read by grep and scripts: never fold it at rich's default 80 columns.
-stdout = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 240)
-stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+stdout = Console(
+    highlight=False,
+    markup=False,
+    emoji=False,
+    soft_wrap=True,
+    width=None if sys.stdout.isatty() else 240,
+)
+stderr = Console(stderr=True, highlight=False, markup=False, emoji=False, soft_wrap=True)
 
 # Options every subcommand takes, so they can follow the subcommand like any other flag.
 ConfigOpt = Annotated[
@@ -705,7 +718,11 @@ def analyze_fr_cmd(
 @analyze_app.command("log")
 def analyze_log_cmd(
     path: Annotated[
-        Path, typer.Argument(help="A job log, of any format and size.", dir_okay=False)
+        Path,
+        typer.Argument(
+            help="A job log, of any format and size ([rankN]:, N: or no rank prefix).",
+            dir_okay=False,
+        ),
     ],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
