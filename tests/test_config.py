@@ -356,3 +356,30 @@ def test_secrets_are_never_shown(tmp_path: Path) -> None:
     assert "sk-very-secret" not in repr(loaded.config)
     assert loaded.config.score.api_key is not None
     assert loaded.config.score.api_key.get_secret_value() == "sk-very-secret"
+
+
+def test_stop_dimensions_are_the_text_dimensions_unless_set(tmp_path: Path) -> None:
+    from typing import get_args
+
+    from nvrx.config import Dimension
+    from nvrx.score.model import DIMENSIONS
+
+    assert get_args(Dimension) == DIMENSIONS  # one list of names, held equal here
+    assert load(tmp_path).config.inject.stop_dimensions == [
+        "restart_correct", "rank_primary", "rank_any", "fault_described",
+    ]  # fmt: skip
+    env = {"NVRX_INJECT_STOP_DIMENSIONS": "restart_correct, fr_rank_correct"}
+    assert load(tmp_path, env).config.inject.stop_dimensions == [
+        "restart_correct", "fr_rank_correct",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [("restart_correct,bogus", "bogus"), ("", "at least one"), ("rank_any,rank_any", "twice")],
+)
+def test_a_bad_stop_dimension_list_is_refused_naming_it(
+    tmp_path: Path, value: str, says: str
+) -> None:
+    with pytest.raises(ConfigError, match=f"inject.stop_dimensions.*{says}"):
+        load(tmp_path, {"NVRX_INJECT_STOP_DIMENSIONS": value})

@@ -24,6 +24,7 @@ from nvrx.inject.report import (
 )
 from nvrx.inject.run import CampaignSpec, record_session
 from nvrx.inject.session import Session
+from nvrx.score.model import DIMENSIONS
 
 from .conftest import CPU_FAULT_DEMO, SCORE_DEMO
 
@@ -171,15 +172,51 @@ def test_diff_reports_cells_that_improved_or_regressed(tmp_path: Path) -> None:
 def test_the_stop_condition_needs_two_consecutive_passing_sessions(tmp_path: Path) -> None:
     first = session_with(tmp_path, "20260101_000000", [("SEGFAULT:1:5:2", verdict())])
     _, rows, stop = write_reports(first.dir)
-    assert stop == (False, "this session passes everything; the previous session is unknown")
+    assert stop == (
+        False,
+        "this session passes the four text dimensions; the previous session is unknown; "
+        "fr_rank_correct (not counted): 1 of 1 at rank",
+    )
     second = session_with(tmp_path, "20260102_000000", [("SEGFAULT:1:5:2", verdict())])
     _, rows2, stop = write_reports(second.dir)
-    assert stop == (True, "this session and the previous one pass every dimension")
+    assert stop[0] is True
+    assert stop[1].startswith("this session and the previous one pass the four text dimensions")
     third = session_with(tmp_path, "20260103_000000", [("SEGFAULT:1:5:2", None)])
     _, rows3, stop = write_reports(third.dir)
     assert stop[0] is False
     assert stop_condition(rows2, rows)[0] is True
     assert stop_condition(rows3, rows2)[0] is False
+
+
+def test_the_stop_rule_counts_the_text_dimensions_and_reports_fr_beside(tmp_path: Path) -> None:
+    # An FR answer of `node` (or no dumps) is not an attribution failure of the log text: two
+    # sessions whose text dimensions all pass stop the campaign, with the FR figure said.
+    node = verdict(fr_rank_correct="node")
+    first = session_with(tmp_path, "20260101_000000", [("SEGFAULT:1:5:2", node)])
+    second = session_with(tmp_path, "20260102_000000", [("SEGFAULT:1:5:2", node)])
+    rows, rows2 = session_rows(first.dir), session_rows(second.dir)
+    met, why = stop_condition(rows2, rows)
+    assert met, why
+    assert why.endswith("fr_rank_correct (not counted): 0 of 1 at rank")
+    assert stop_condition(rows2, rows, DIMENSIONS) == (
+        False, "1 of 1 experiment(s) do not pass every dimension",
+    )  # fmt: skip
+    assert failing_entries(rows2) == [] and failing_entries(rows2, DIMENSIONS) == ["SEGFAULT:1:5:2"]
+
+
+def test_which_dimensions_the_stop_rule_counts_is_a_setting(tmp_path: Path) -> None:
+    node = verdict(fr_rank_correct="node")
+    session_with(tmp_path, "20260101_000000", [("SEGFAULT:1:5:2", node)])
+    second = session_with(tmp_path, "20260102_000000", [("SEGFAULT:1:5:2", node)])
+    every = ",".join(DIMENSIONS)
+    shown = subprocess.run(
+        [sys.executable, "-m", "nvrx.cli", "report", str(second.dir), "--json"],
+        capture_output=True, text=True, check=False, cwd=tmp_path,
+        env={**os.environ, "NVRX_INJECT_STOP_DIMENSIONS": every},
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["stop_condition"]["met"] is False
+    assert nvrx("report", str(second.dir), "--json").returncode == 0
 
 
 def test_failing_entries_make_the_rerun_pool(tmp_path: Path) -> None:
@@ -228,7 +265,9 @@ def test_the_stop_condition_is_not_met_by_a_session_that_did_not_finish_or_ran_o
     first = session_with(tmp_path, "20260101_000000", [("SIGTERM:1:5:2", verdict())])
     second = session_with(tmp_path, "20260102_000000", [("SEGFAULT:1:5:2", verdict())])
     _, _, stop = write_reports(second.dir)
-    assert stop == (False, "this session passes everything; the previous one ran other experiments")
+    assert stop[1].startswith(
+        "this session passes the four text dimensions; the previous one ran other experiments"
+    )
     third = session_with(tmp_path, "20260103_000000", [("SEGFAULT:1:5:2", verdict())])
     # A fourth experiment planned but never run: the session is not finished.
     record_session(

@@ -565,19 +565,8 @@ def inject_loop_cmd(
     if rerun_failing is not None:
         try:
             old = Session.open(rerun_failing).state()
-            entries = failing_entries(report_rows(old))
         except PoolError as exc:
             fail(str(exc))
-        if not entries:
-            stdout.print(
-                f"every experiment of {rerun_failing} passes every dimension: nothing to re-run"
-            )
-            return
-        stderr.print(
-            f"note: re-running {len(entries)} failing experiment(s) of {rerun_failing} "
-            "with its recorded workload, script and shape",
-            markup=False,
-        )
 
     given = {
         "inject.pool": pool,
@@ -592,6 +581,20 @@ def inject_loop_cmd(
     )
     cfg = loaded.config.inject
     slurm = Slurm(loaded.config.slurm)
+    if old is not None:
+        try:
+            entries = failing_entries(report_rows(old), cfg.stop_dimensions)
+        except PoolError as exc:
+            fail(str(exc))
+        if not entries:
+            counted = ", ".join(cfg.stop_dimensions)
+            stdout.print(f"every experiment of {rerun_failing} passes {counted}: nothing to re-run")
+            return
+        stderr.print(
+            f"note: re-running {len(entries)} failing experiment(s) of {rerun_failing} "
+            "with its recorded workload, script and shape",
+            markup=False,
+        )
 
     def analysis(gpus_per_node: int) -> tuple[Analyzers, Judge] | None:
         """The analysers and the judge, built (and their settings checked) before any session
@@ -608,7 +611,9 @@ def inject_loop_cmd(
             tools = analysis(state.gpus_per_node())
             assert tools is not None  # --reanalyze refuses --no-analysis
             analyst = Analyst(session, *tools, cfg.analysis_workers)
-            raise typer.Exit(_reanalyze(session, state, analyst, as_json, force))
+            raise typer.Exit(
+                _reanalyze(session, state, analyst, as_json, force, cfg.stop_dimensions)
+            )
         if resume is not None:
             if ctx.args or pool or workload or sbatch_script or list_pool or dry_run:
                 fail(
@@ -678,7 +683,7 @@ def inject_loop_cmd(
         print_summary(stdout, summary)
     if campaign.analyst is not None:
         campaign.analyst.close()
-        _finish_report(session.dir, as_json)
+        _finish_report(session.dir, as_json, dimensions=cfg.stop_dimensions)
     if outcome.error:
         stderr.print(f"nvrx: error: {printable(outcome.error)}", markup=False)
         raise typer.Exit(1)
@@ -802,7 +807,8 @@ def report_cmd(
     session_dir = Path(args[0]).resolve()
     try:
         _open_session(session_dir, force)  # a clear error for what is not a session
-        rows, stop = report.rows_and_stop(session_dir, force=force)
+        dimensions = load(None, None, None).config.inject.stop_dimensions
+        rows, stop = report.rows_and_stop(session_dir, force=force, dimensions=dimensions)
     except PoolError as exc:
         fail(str(exc))
     if as_json:
@@ -838,7 +844,9 @@ def _open_session(directory: Path, force: bool) -> tuple[Any, Any]:
     return session, state
 
 
-def _reanalyze(session: Any, state: Any, analyst: Any, as_json: bool, force: bool) -> int:
+def _reanalyze(
+    session: Any, state: Any, analyst: Any, as_json: bool, force: bool, dimensions: Sequence[str]
+) -> int:
     """Analyse and score every ended experiment of `session` again; journal each result as it
     comes; rebuild the report. Exit 3 when any is unscored (as `nvrx score`), 130 on Ctrl-C
     (what finished is kept, the rest is not started)."""
@@ -868,7 +876,7 @@ def _reanalyze(session: Any, state: Any, analyst: Any, as_json: bool, force: boo
         code = 130
     else:
         analyst.close()
-    rows, stop = _finish_report(session.dir, as_json, force)
+    rows, stop = _finish_report(session.dir, as_json, force, dimensions)
     if as_json:
         from nvrx.inject import report
 
@@ -880,7 +888,7 @@ def _reanalyze(session: Any, state: Any, analyst: Any, as_json: bool, force: boo
 
 
 def _finish_report(
-    session_dir: Path, quiet: bool, force: bool = False
+    session_dir: Path, quiet: bool, force: bool = False, dimensions: Sequence[str] | None = None
 ) -> tuple[list[Any], tuple[bool, str]]:
     """Rebuild the session's report from its journal, say where it is; its rows and stop
     condition."""
@@ -888,7 +896,9 @@ def _finish_report(
     from nvrx.inject.report import write_reports
 
     try:
-        paths, rows, (met, why) = write_reports(session_dir, force=force)
+        paths, rows, (met, why) = write_reports(
+            session_dir, force=force, **({"dimensions": dimensions} if dimensions else {})
+        )
     except PoolError as exc:
         fail(str(exc))
     except OSError as exc:

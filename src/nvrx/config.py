@@ -320,6 +320,18 @@ class WatchSettings(_Section):
     )
 
 
+# The scoring dimensions (nvrx.score.model.DIMENSIONS, which tests hold equal to these).
+Dimension = Literal[
+    "restart_correct", "rank_primary", "rank_any", "fault_described", "fr_rank_correct"
+]
+STOP_DIMENSIONS: tuple[Dimension, ...] = (
+    "restart_correct",
+    "rank_primary",
+    "rank_any",
+    "fault_described",
+)
+
+
 class InjectSettings(_Section):
     """`nvrx inject-loop`: the fault-injection campaign and the workload's site variables."""
 
@@ -335,6 +347,25 @@ class InjectSettings(_Section):
     def _pool_not_blank(cls, value: str | None) -> str | None:
         if value is not None and not value.strip():
             raise ValueError("the pool is empty (unset it for the workload's pool)")
+        return value
+
+    # The campaign's stop rule: every experiment passes these dimensions in two consecutive
+    # sessions. FR rank is reported beside it, not counted: a cell whose FR answer is `node` or
+    # `no_dumps` is not an attribution failure of the text.
+    stop_dimensions: list[Dimension] = Field(
+        default_factory=lambda: list(STOP_DIMENSIONS),
+        description="dimensions the stop condition counts (comma-separated)",
+    )
+
+    @field_validator("stop_dimensions", mode="before")
+    @classmethod
+    def _dimension_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, list) and not value:
+            raise ValueError("name at least one dimension")
+        if isinstance(value, list) and len(set(map(str, value))) != len(value):
+            raise ValueError("a dimension is named twice")
         return value
 
     batch_size: int = Field(2, ge=1, le=10_000, description="jobs of the session in Slurm at once")

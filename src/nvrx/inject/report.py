@@ -15,10 +15,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from nvrx.config import STOP_DIMENSIONS
 from nvrx.inject.pool import PoolError
 from nvrx.inject.session import Record, Session, SessionState
 from nvrx.score import report as score_report
-from nvrx.score.model import DIMENSIONS, Case, GroundTruth, Verdict
+from nvrx.score.model import DIMENSIONS, PASS_VALUE, Case, GroundTruth, Verdict
 
 REPORT_MD = "experiments_report.md"
 REPORT_JSON = "report.json"
@@ -153,31 +154,50 @@ def matrix(report_rows: Sequence[Row]) -> dict[tuple[str, int, str], Cell]:
     return dict(sorted(cells.items()))
 
 
-def passes_all(verdict: Verdict) -> bool:
-    return verdict.status == "scored" and all(verdict.passed(d) for d in DIMENSIONS)
+def passes_all(verdict: Verdict, dimensions: Sequence[str] = DIMENSIONS) -> bool:
+    return verdict.status == "scored" and all(verdict.passed(d) for d in dimensions)
 
 
-def stop_condition(current: Sequence[Row], previous: Sequence[Row] | None) -> tuple[bool, str]:
-    """Every experiment passes every dimension in two consecutive sessions (inject-loop.md §12;
-    "pass" is explicit: the fully correct value on all five dimensions; runs not ended, invalid
-    or unscored do not pass). The previous session must have run at least the same experiments.
-    """
+def stop_condition(
+    current: Sequence[Row],
+    previous: Sequence[Row] | None,
+    dimensions: Sequence[str] = STOP_DIMENSIONS,
+) -> tuple[bool, str]:
+    """Every experiment passes every counted dimension (`inject.stop_dimensions`: the four text
+    dimensions by default) in two consecutive sessions. "Pass" is explicit: the fully correct
+    value; runs not ended, invalid or unscored do not pass. The previous session must have run
+    at least the same experiments. The FR rank dimension, when not counted, is reported beside
+    the answer (how many experiments have it at `rank`)."""
+    met, why = _stop(current, previous, dimensions)
+    uncounted = [d for d in DIMENSIONS if d not in dimensions]
+    for d in uncounted:
+        passing = sum(r.verdict.passed(d) for r in current)
+        why += f"; {d} (not counted): {passing} of {len(current)} at {PASS_VALUE[d]}"
+    return met, why
+
+
+def _stop(
+    current: Sequence[Row], previous: Sequence[Row] | None, dimensions: Sequence[str]
+) -> tuple[bool, str]:
+    if set(dimensions) == set(DIMENSIONS):
+        counted = "every dimension"
+    elif set(dimensions) == set(STOP_DIMENSIONS):
+        counted = "the four text dimensions"
+    else:
+        counted = ", ".join(dimensions)
     if not current:
         return False, "the session has no experiment"
-    failing_now = [r for r in current if not passes_all(r.verdict)]
+    failing_now = [r for r in current if not passes_all(r.verdict, dimensions)]
     if failing_now:
-        return (
-            False,
-            f"{len(failing_now)} of {len(current)} experiment(s) do not pass every dimension",
-        )
+        return False, f"{len(failing_now)} of {len(current)} experiment(s) do not pass {counted}"
     if previous is None:
-        return False, "this session passes everything; the previous session is unknown"
+        return False, f"this session passes {counted}; the previous session is unknown"
     before = {r.record.experiment.entry for r in previous}
     if not {r.record.experiment.entry for r in current} <= before:
-        return False, "this session passes everything; the previous one ran other experiments"
-    if any(not passes_all(r.verdict) for r in previous):
-        return False, "this session passes everything; the previous one did not"
-    return True, "this session and the previous one pass every dimension"
+        return False, f"this session passes {counted}; the previous one ran other experiments"
+    if any(not passes_all(r.verdict, dimensions) for r in previous):
+        return False, f"this session passes {counted}; the previous one did not"
+    return True, f"this session and the previous one pass {counted}"
 
 
 def markdown(session_dir: Path, report_rows: Sequence[Row], stop: tuple[bool, str]) -> str:
@@ -259,30 +279,32 @@ def session_rows(session_dir: Path, *, force: bool = False) -> list[Row]:
     return rows(Session.open(session_dir).state(force=force))
 
 
-def rows_and_stop(session_dir: Path, *, force: bool = False) -> tuple[list[Row], tuple[bool, str]]:
+def rows_and_stop(
+    session_dir: Path, *, force: bool = False, dimensions: Sequence[str] = STOP_DIMENSIONS
+) -> tuple[list[Row], tuple[bool, str]]:
     """The session's rows and its stop condition against the previous session (an unreadable
     previous session is said, not fatal). `force` skips the session's damaged journal lines."""
     session_dir = session_dir.resolve()
     current = session_rows(session_dir, force=force)
     older = previous_session(session_dir)
     if older is None:
-        return current, stop_condition(current, None)
+        return current, stop_condition(current, None, dimensions)
     try:
         previous = session_rows(older)
     except PoolError as exc:
         return current, (False, f"the previous session cannot be read: {exc}")
-    return current, stop_condition(current, previous)
+    return current, stop_condition(current, previous, dimensions)
 
 
 def write_reports(
-    session_dir: Path, *, force: bool = False
+    session_dir: Path, *, force: bool = False, dimensions: Sequence[str] = STOP_DIMENSIONS
 ) -> tuple[list[Path], list[Row], tuple[bool, str]]:
     """Rebuild the session's report files from its journal (and the previous session's, for
     the stop condition); returns the paths, the rows and the stop condition. The journal is
     read in full before anything is written: a damaged line stops it with nothing written."""
     from nvrx.files import write_atomic
 
-    current, stop = rows_and_stop(session_dir, force=force)
+    current, stop = rows_and_stop(session_dir, force=force, dimensions=dimensions)
     verdicts = [r.verdict for r in current]
     paths = [session_dir / REPORT_MD, session_dir / REPORT_JSON, session_dir / REPORT_JUNIT]
     write_atomic(paths[0], markdown(session_dir, current, stop))
@@ -325,9 +347,10 @@ def diff(old: Sequence[Row], new: Sequence[Row]) -> tuple[list[Change], list[str
     )
 
 
-def failing_entries(report_rows: Sequence[Row]) -> list[str]:
-    """The pool of a re-run: every experiment that did not pass every dimension, in order,
-    each once."""
-    return list(
-        dict.fromkeys(r.record.experiment.entry for r in report_rows if not passes_all(r.verdict))
-    )
+def failing_entries(
+    report_rows: Sequence[Row], dimensions: Sequence[str] = STOP_DIMENSIONS
+) -> list[str]:
+    """The pool of a re-run: every experiment that did not pass every counted dimension (those
+    the stop condition counts), in order, each once."""
+    failing = (r for r in report_rows if not passes_all(r.verdict, dimensions))
+    return list(dict.fromkeys(r.record.experiment.entry for r in failing))
