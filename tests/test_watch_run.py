@@ -368,3 +368,100 @@ def test_the_no_restart_code_of_a_chain_without_manifest_is_the_sites_setting(
     healthy_run(tmp_path / "w")
     _, doc, _ = watch(tmp_path / "w", tmp_path / "state", env={"NVRX_NO_RESTART_EXIT_CODE": "42"})
     assert doc["chain"]["no_restart_exit_code"] == 42
+
+
+# --- PagerDuty Events v2 ------------------------------------------------------------------------
+
+PD_KEY = "R0UT1NGKEY-must-never-be-printed-0000"
+
+
+def _events(kind: str) -> list[dict[str, Any]]:
+    return [e for e in Hook.received if e.get("event_action") == kind]
+
+
+def test_pagerduty_gets_one_incident_per_chain_and_finding_from_every_login_node(
+    tmp_path: Path, hook: str
+) -> None:
+    stalled_run(tmp_path / "w")
+    pd = ("--set", f"watch.pd_url={hook}")
+    env = {"NVRX_WATCH_PD_ROUTING_KEY": PD_KEY}
+    # Two login nodes watch the same chain, each with its own state.
+    outputs = [
+        watch(tmp_path / "w", tmp_path / f"state-{node}", *pd, env=env) for node in ("a", "b")
+    ]
+    triggers = _events("trigger")
+    stalled = [t for t in triggers if t["payload"]["custom_details"]["key"].startswith(
+        "nvrx-stalled-progress-"
+    )]  # fmt: skip
+    assert len(stalled) == 2 and stalled[0]["dedup_key"] == stalled[1]["dedup_key"]
+    event = stalled[0]
+    assert event["routing_key"] == PD_KEY and event["payload"]["severity"] == "critical"
+    assert event["payload"]["component"] == "nvrx-watch"
+    assert event["payload"]["class"] == "stalled_progress"
+    for code, doc, stderr in outputs:
+        assert code == 2 and not doc["sink_errors"]
+        assert PD_KEY not in json.dumps(doc) + stderr
+    for node in ("a", "b"):
+        for file in (tmp_path / f"state-{node}").rglob("*"):
+            if file.is_file():
+                assert PD_KEY not in file.read_text(errors="replace"), file
+
+
+def test_pagerduty_resolves_the_incident_once_the_finding_is_gone(
+    tmp_path: Path, hook: str
+) -> None:
+    key_file = tmp_path / "pd.key"
+    key_file.write_text(PD_KEY + "\n")
+    key_file.chmod(0o600)
+    pd = ("--set", f"watch.pd_url={hook}", "--pd-routing-key-file", str(key_file))
+    stalled_run(tmp_path / "w")
+    watch(tmp_path / "w", tmp_path / "state", *pd)
+    opened = {e["payload"]["custom_details"]["key"]: e["dedup_key"] for e in _events("trigger")}
+    assert opened and all(e["routing_key"] == PD_KEY for e in _events("trigger"))
+    assert not _events("resolve")
+    # The checkpoint moves on: the stall is over.
+    (tmp_path / "w" / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("400\n")
+    _, doc, _ = watch(tmp_path / "w", tmp_path / "state", *pd)
+    still = {f["key"] for f in doc["findings"]}
+    assert "nvrx-stalled-progress-900-40" not in still
+    resolved = {e["dedup_key"] for e in _events("resolve")}
+    assert resolved == {dedup for key, dedup in opened.items() if key not in still}
+    assert opened["nvrx-stalled-progress-900-40"] in resolved
+    assert all(set(e) == {"routing_key", "event_action", "dedup_key"} for e in _events("resolve"))
+    before = len(Hook.received)
+    watch(tmp_path / "w", tmp_path / "state", *pd)
+    assert not [e for e in Hook.received[before:] if e["event_action"] == "resolve"]  # once
+
+
+def test_a_failing_pagerduty_is_a_sink_error_and_is_retried(tmp_path: Path, hook: str) -> None:
+    Hook.status = 503
+    stalled_run(tmp_path / "w")
+    pd = ("--set", f"watch.pd_url={hook}")
+    env = {"NVRX_WATCH_PD_ROUTING_KEY": PD_KEY}
+    code, doc, stderr = watch(tmp_path / "w", tmp_path / "state", *pd, env=env)
+    assert code == 2 and doc["findings"]
+    assert any("pagerduty" in e and "503" in e for e in doc["sink_errors"])
+    assert PD_KEY not in json.dumps(doc) + stderr
+    Hook.status = 202
+    sent = len(_events("trigger"))
+    watch(tmp_path / "w", tmp_path / "state", *pd, env=env)
+    assert len(_events("trigger")) > sent  # not marked as sent while it failed
+
+
+def test_a_blind_pass_resolves_nothing(tmp_path: Path, hook: str) -> None:
+    pd = ("--set", f"watch.pd_url={hook}")
+    env = {"NVRX_WATCH_PD_ROUTING_KEY": PD_KEY}
+    stalled_run(tmp_path / "w")
+    watch(tmp_path / "w", tmp_path / "state", *pd, env=env)
+    assert _events("trigger")
+    # The cycle files become symlinks (never followed): the watcher cannot see the cycles.
+    cycles = tmp_path / "w" / "nvrx" / "900" / "cycle_infos"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for file in cycles.iterdir():
+        file.rename(elsewhere / file.name)
+        file.symlink_to(elsewhere / file.name)
+    (tmp_path / "w" / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("400\n")
+    code, doc, _ = watch(tmp_path / "w", tmp_path / "state", *pd, env=env)
+    assert code == 1 and doc["degraded"]
+    assert not _events("resolve")  # a blind watcher must not call anything healthy

@@ -342,6 +342,13 @@ def watch_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per pass.")] = False,
     interval: Annotated[int | None, typer.Option(help="Loop: a pass every N seconds.")] = None,
     webhook_url: Annotated[str | None, typer.Option(help="POST findings as JSON here.")] = None,
+    pd_routing_key: Annotated[
+        str | None,
+        typer.Option(help="PagerDuty Events v2 routing key (visible in ps: prefer the file)."),
+    ] = None,
+    pd_routing_key_file: Annotated[
+        Path | None, typer.Option(help="File holding the PagerDuty routing key.")
+    ] = None,
     heartbeat_url: Annotated[
         str | None, typer.Option(help="GET after every pass that is not degraded.")
     ] = None,
@@ -382,6 +389,8 @@ def watch_cmd(
         "watch.state_dir": state_dir,
         "watch.interval": interval,
         "watch.webhook_url": webhook_url,
+        "watch.pd_routing_key": pd_routing_key,
+        "watch.pd_routing_key_file": pd_routing_key_file,
         "watch.heartbeat_url": heartbeat_url,
         "watch.prom_file": prom_file,
         "watch.disable": disable,

@@ -309,6 +309,11 @@ class WatchSettings(_Section):
     budget_fraction: float = Field(0.8, gt=0, le=1, description="restart_budget_low fraction")
     disable: StrList = Field(default_factory=list, description="detectors to switch off")
     webhook_url: OptionalUrl = Field(None, description="generic JSON webhook")
+    pd_routing_key: Secret = Field(None, description="PagerDuty Events v2 key (never printed)")
+    pd_routing_key_file: OptionalPath = Field(None, description="file holding that key")
+    pd_url: OptionalUrl = Field(
+        "https://events.pagerduty.com/v2/enqueue", description="PagerDuty Events API v2 endpoint"
+    )
     heartbeat_url: OptionalUrl = Field(None, description="GET after every non-degraded pass")
     http_timeout: PositiveSeconds = Field(20.0, description="sink and heartbeat timeout (s)")
     prom_file: OptionalPath = Field(None, description="Prometheus textfile to write")
@@ -564,9 +569,9 @@ def known_secrets(config: NvrxConfig, environ: Mapping[str, str]) -> list[str]:
         value = getattr(getattr(config, section), name)
         if is_secret(info) and value is not None:
             out.append(value.get_secret_value())
-        elif name.endswith("api_key_file") and value is not None:
+        elif name.endswith("key_file") and value is not None:  # API and routing key files
             with contextlib.suppress(InputError, UnicodeDecodeError):
-                out.append(read_bounded(value, "API key file", limit=64 << 10)[0].decode().strip())
+                out.append(read_bounded(value, "key file", limit=64 << 10)[0].decode().strip())
         elif isinstance(value, str) and "://" in value:
             password = urlsplit(value).password
             if password:

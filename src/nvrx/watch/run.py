@@ -19,6 +19,7 @@ import httpx
 from nvrx.chain.manifest import manifest_path, read_manifest
 from nvrx.chain.shape import ChainError
 from nvrx.config import WatchSettings
+from nvrx.files import InputError, decode_text, read_bounded
 from nvrx.slurm import JobState, Slurm, SlurmError
 from nvrx.watch.cycles import CycleCache
 from nvrx.watch.detectors import DETECTORS, run_detectors
@@ -27,11 +28,14 @@ from nvrx.watch.model import Finding, Severity, Snapshot
 from nvrx.watch.observe import observe
 from nvrx.watch.resolve import Target, from_manifest
 from nvrx.watch.sinks import (
+    PAGERDUTY,
     WEBHOOK,
     file_logger,
     heartbeat,
     http_problem,
     log_findings,
+    pagerduty_resolve,
+    pagerduty_trigger,
     post_webhook,
     prometheus_text,
     webhook_payload,
@@ -210,6 +214,67 @@ class Watcher:
         return f"[act] ran: {shlex.join(argv)}"
 
     def _alert(
+        self, result: PassResult, state: WatchState, now: datetime, logger: logging.Logger
+    ) -> None:
+        self._webhook(result, state, now, logger)
+        self._pagerduty(result, state, now, logger)
+
+    def _pagerduty(
+        self, result: PassResult, state: WatchState, now: datetime, logger: logging.Logger
+    ) -> None:
+        """Trigger an incident per finding (cooled down like the webhook), and resolve the
+        incidents this watcher opened whose finding is gone, after a pass that saw (a blind
+        pass proves nothing cleared)."""
+        url = self.settings.pd_url
+        key = self._routing_key(result, logger)
+        if key is None or not url:
+            return
+        cooldown = self.settings.alert_cooldown
+        for f in result.findings:
+            if not state.may_alert(f.key, PAGERDUTY, now, cooldown):
+                continue
+            try:
+                post_webhook(self._client(), url, pagerduty_trigger(f, result.snapshot, key))
+            except (httpx.HTTPError, httpx.InvalidURL) as exc:
+                self._sink_failed(result, logger, f"pagerduty for {f.key}: {http_problem(exc)}")
+                continue
+            state.alerted(f.key, PAGERDUTY, now, cooldown)
+        if result.degraded:
+            return
+        current = {f.key for f in result.findings}
+        for gone in state.alerted_keys(PAGERDUTY):
+            if gone in current:
+                continue
+            try:
+                post_webhook(self._client(), url, pagerduty_resolve(gone, result.snapshot, key))
+            except (httpx.HTTPError, httpx.InvalidURL) as exc:
+                self._sink_failed(result, logger, f"pagerduty resolve {gone}: {http_problem(exc)}")
+                continue  # kept: the next pass resolves it
+            state.forget_alert(gone, PAGERDUTY)
+            logger.info("resolved: %s", gone)
+
+    def _routing_key(self, result: PassResult, logger: logging.Logger) -> str | None:
+        """The PagerDuty routing key (setting, else its file); None when there is none. A file
+        that cannot be read is a sink failure naming the file, never its contents."""
+        s = self.settings
+        if s.pd_routing_key is not None:
+            return s.pd_routing_key.get_secret_value()
+        if s.pd_routing_key_file is None:
+            return None
+        try:
+            data, _ = read_bounded(s.pd_routing_key_file, "PagerDuty key file", limit=64 << 10)
+        except InputError as exc:
+            self._sink_failed(result, logger, f"pagerduty: {exc}")
+            return None
+        key = decode_text(data).strip()
+        if not key:
+            self._sink_failed(
+                result, logger, f"pagerduty: key file {s.pd_routing_key_file} is empty"
+            )
+            return None
+        return key
+
+    def _webhook(
         self, result: PassResult, state: WatchState, now: datetime, logger: logging.Logger
     ) -> None:
         url = self.settings.webhook_url

@@ -1,9 +1,10 @@
-"""Where findings go besides the terminal: the log file, a generic webhook, a Prometheus
-textfile and a dead-man heartbeat. Observation and paging must not share fate: a failing sink
-is logged and the pass goes on."""
+"""Where findings go besides the terminal: the log file, a generic webhook, PagerDuty, a
+Prometheus textfile and a dead-man heartbeat. Observation and paging must not share fate: a
+failing sink is logged and the pass goes on."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections import Counter
@@ -17,6 +18,7 @@ from nvrx.files import write_atomic
 from nvrx.watch.model import Finding, Severity, Snapshot
 
 WEBHOOK = "webhook"
+PAGERDUTY = "pagerduty"
 
 
 class _OneLineFormatter(logging.Formatter):
@@ -70,6 +72,52 @@ def webhook_payload(f: Finding, snap: Snapshot) -> dict[str, object]:
     }
 
 
+def pagerduty_dedup_key(finding_key: str, snap: Snapshot) -> str:
+    """The incident key of one finding of one chain: the same on every login node that watches
+    the chain (no host, no time in it), so PagerDuty opens one incident, not one per watcher.
+    At most 255 characters (the API's limit): a longer one keeps its start and a digest."""
+    chain = snap.chain.chain_id or snap.chain.name or snap.chain.work_dir or "chain"
+    key = f"nvrx-watch/{chain}/{finding_key}"
+    if len(key) <= 255:
+        return key
+    return f"{key[:190]}/{hashlib.sha256(key.encode()).hexdigest()}"
+
+
+def pagerduty_trigger(f: Finding, snap: Snapshot, routing_key: str) -> dict[str, object]:
+    """An Events v2 `trigger` for one finding."""
+    return {
+        "routing_key": routing_key,
+        "event_action": "trigger",
+        "dedup_key": pagerduty_dedup_key(f.key, snap),
+        "payload": {
+            "summary": f"[{f.severity.value.upper()}] {f.summary}"[:1024],
+            "source": snap.host,
+            "severity": f.severity.value,  # PagerDuty's critical, warning and info
+            "component": "nvrx-watch",
+            "group": snap.chain.name or "",
+            "class": f.detector,
+            "timestamp": snap.observed_at.isoformat(),
+            "custom_details": {
+                "key": f.key,
+                "detail": f.detail,
+                "runbook": f.runbook,
+                "command": list(f.command),
+                "chain_id": snap.chain.chain_id,
+                "work_dir": snap.chain.work_dir,
+            },
+        },
+    }
+
+
+def pagerduty_resolve(finding_key: str, snap: Snapshot, routing_key: str) -> dict[str, object]:
+    """An Events v2 `resolve` of a finding's incident."""
+    return {
+        "routing_key": routing_key,
+        "event_action": "resolve",
+        "dedup_key": pagerduty_dedup_key(finding_key, snap),
+    }
+
+
 # What a sink's answer may be, at most: nobody reads it, and a server that streams without end
 # (or drips a byte at a time, under httpx's per-read timeout) must not hold the pass.
 _REPLY_CAP = 64 << 10
@@ -90,6 +138,7 @@ def _call(client: httpx.Client, method: str, url: str, payload: object = None) -
 
 
 def post_webhook(client: httpx.Client, url: str, payload: dict[str, object]) -> None:
+    """POST one JSON document (the webhook's, or a PagerDuty event)."""
     _call(client, "POST", url, payload)
 
 

@@ -121,6 +121,13 @@ class WatchState:
         horizon = now - timedelta(seconds=max(4 * cooldown, 86400))
         self.alerts = {k: v for k, v in self.alerts.items() if v >= horizon}
 
+    def alerted_keys(self, sink: str) -> list[str]:
+        """The finding keys this watcher has alerted `sink` about and not forgotten."""
+        return sorted(k.split("\0", 1)[0] for k in self.alerts if k.endswith(f"\0{sink}"))
+
+    def forget_alert(self, key: str, sink: str) -> None:
+        self.alerts.pop(f"{key}\0{sink}", None)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
