@@ -10,7 +10,8 @@ import pytest
 from nvrx.chain.script import render_script
 from nvrx.chain.shape import ArrayShape
 from nvrx.config import WatchSettings, load_config
-from nvrx.watch.resolve import Overrides, WatchError, flags_from_script, resolve
+from nvrx.watch.resolve import Overrides, WatchError, resolve
+from nvrx.watch.script import flags_from_script
 from nvrx.watch.state import WatchState, load_state, save_state
 
 
@@ -35,7 +36,7 @@ def test_an_upstream_style_script_with_assignments_and_the_last_flag_winning() -
 #SBATCH --job-name=x
 NVRX_WORK_DIR="/lustre/run 1"
 JOB_DIR=$NVRX_WORK_DIR/nvrx/${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}
-CKPT=$(dirname /x/y)/ckpt   # a command substitution: not evaluated
+CKPT=$(hostname)/ckpt   # a command substitution nvrx does not evaluate
 srun ft_launcher --ft-cycle-info-dir=/old/place \\
     --ft-cycle-info-dir "$JOB_DIR/cycle_infos" \\
     --ft-checkpoint-iteration-file $NVRX_WORK_DIR/checkpoints/latest_checkpointed_iteration.txt
@@ -94,8 +95,9 @@ def test_state_survives_a_round_trip_and_a_corrupt_file_starts_fresh(tmp_path: P
 
 def test_a_flag_built_from_an_unknown_variable_is_not_guessed() -> None:
     text = (
-        "BASE=$(dirname /x/y)\n"
+        "BASE=$(hostname)\n"  # a command nvrx does not run
         "srun ft_launcher --ft-cycle-info-dir=$BASE/ci --ft-checkpoint-iteration-file $RUN/it.txt\n"
+        "srun ft_launcher --ft-checkpoint-iteration-file=/a/it.txt $(date) \n"  # same line: unknown
     )
     assert flags_from_script(text) == {}
 
@@ -179,3 +181,85 @@ def test_what_a_job_id_resolved_to_is_remembered_and_recalled_whole(tmp_path: Pa
     target = Target(chain, ("/w/nvrx/*/cycle_infos/cycle_info.*",), "/w/ckpt.txt", "")
     _remember(settings, "41", target)
     assert _recall(settings, "41") == target
+
+
+def test_the_script_directory_idioms_are_followed_without_running_anything() -> None:
+    text = """#!/bin/bash
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT=$(dirname "$HERE")
+NAME=$(basename "$0" .sbatch)
+srun ft_launcher --ft-cycle-info-dir "$ROOT/runs/$NAME/${SLURM_JOB_ID}" \\
+    --ft-checkpoint-iteration-file="$(realpath "$HERE/../ckpt")/latest.txt"
+"""
+    found = flags_from_script(text, script="/lustre/proj/jobs/train.sbatch", cwd="/lustre/w")
+    assert found == {
+        "cycles": "/lustre/proj/runs/train/*",
+        "checkpoint": "/lustre/proj/ckpt/latest.txt",
+    }
+
+
+def test_sourced_files_are_followed_relative_to_the_working_dir_and_their_own_place(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "env.sh").write_text('source "$(dirname "${BASH_SOURCE[0]}")/conf/paths.sh"\n')
+    (tmp_path / "conf" / "paths.sh").write_text(
+        "export NVRX_RUN=/lustre/run\nCKPT_FILE=$NVRX_RUN/checkpoints/latest.txt\n"
+    )
+    text = (
+        ". ./env.sh\n"
+        "srun ft_launcher --ft-cycle-info-dir $NVRX_RUN/cycles --ft-checkpoint-iteration-file "
+        "$CKPT_FILE\n"
+    )
+    read_paths: list[str] = []
+
+    def read(path: str) -> str | None:
+        read_paths.append(path)
+        p = Path(path)
+        return p.read_text() if p.is_file() else None
+
+    found = flags_from_script(
+        text, script=str(tmp_path / "job.sbatch"), cwd=str(tmp_path), read=read
+    )
+    assert found == {
+        "cycles": "/lustre/run/cycles",
+        "checkpoint": "/lustre/run/checkpoints/latest.txt",
+    }
+    assert read_paths == [f"{tmp_path}/env.sh", f"{tmp_path}/conf/paths.sh"]
+    # A sourced file that cannot be read leaves what it would set unknown: no guess.
+    assert (
+        flags_from_script(text, script=str(tmp_path / "job.sbatch"), cwd="/nowhere", read=read)
+        == {}
+    )
+
+
+def test_sourcing_stops_at_the_depth_and_size_caps() -> None:
+    from nvrx.watch.script import MAX_DEPTH, MAX_TOTAL
+
+    def endless(path: str) -> str:
+        return f"source {path}x\nDIR=/deep\n"  # every file sources the next one
+
+    text = "source /a\nsrun ft_launcher --ft-cycle-info-dir $DIR\n"
+    calls: list[str] = []
+
+    def counting(path: str) -> str:
+        calls.append(path)
+        return endless(path)
+
+    assert flags_from_script(text, read=counting) == {"cycles": "/deep"}
+    assert len(calls) == MAX_DEPTH
+    huge = "# " + "x" * MAX_TOTAL + "\n"
+    assert flags_from_script(text, read=lambda _: huge) == {}  # past the cap: nothing known
+
+
+def test_a_batch_script_that_sources_its_settings_resolves_end_to_end(tmp_path: Path) -> None:
+    from nvrx.watch.resolve import _from_job
+
+    (tmp_path / "settings.sh").write_text("CYCLES=$(pwd)/nvrx/cycle_infos\n")
+    script = tmp_path / "job.sbatch"
+    script.write_text(
+        'source "$(dirname "$0")/settings.sh"\nsrun ft_launcher --ft-cycle-info-dir $CYCLES\n'
+    )
+    target = _from_job(str(script), str(tmp_path / "w"), "n", "u")
+    assert target is not None
+    assert target.cycle_globs == (f"{tmp_path}/w/nvrx/cycle_infos/cycle_info.*",)

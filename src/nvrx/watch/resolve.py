@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import re
-import shlex
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -24,16 +23,13 @@ from typing import Any
 from nvrx.chain.manifest import ChainManifest, manifest_path, read_manifest
 from nvrx.chain.shape import ChainError
 from nvrx.config import (
-    SHELL_ASSIGNMENT_RE,
-    ConfigError,
     WatchSettings,
-    expand_shell_value,
-    expand_shell_word,
 )
 from nvrx.files import InputError, decode_text, read_bounded, write_atomic
 from nvrx.slurm import JobForgotten, Slurm, SlurmError, SlurmValueError
 from nvrx.slurm.ids import check_job_id
 from nvrx.watch.model import ChainRef
+from nvrx.watch.script import flags_from_script
 
 CHECKPOINT_NAME = "latest_checkpointed_iteration.txt"
 _SCRIPT_CAP = 1024 * 1024
@@ -254,11 +250,17 @@ def _from_job(script: str | None, work: str | None, name: str, user: str) -> Tar
                 return target
     if script is None:
         return None
-    try:
-        text = decode_text(read_bounded(script, "batch script", limit=_SCRIPT_CAP)[0])
-    except InputError:
+
+    def read(path: str) -> str | None:
+        try:
+            return decode_text(read_bounded(path, "batch script", limit=_SCRIPT_CAP)[0])
+        except InputError:
+            return None
+
+    text = read(script)
+    if text is None:
         return None
-    found = flags_from_script(text)
+    found = flags_from_script(text, script=script, cwd=work or "", read=read)
     cycles = found.get("cycles")
     if cycles is None:
         return None
@@ -271,68 +273,6 @@ def _from_job(script: str | None, work: str | None, name: str, user: str) -> Tar
             checkpoint = None  # a per-job path cannot be watched across generations
     chain = ChainRef(name, user, work, resolved_from="batch script")
     return Target(chain, (str(cycles_dir / "cycle_info.*"),), checkpoint, "")
-
-
-_FLAG_RES = {
-    "cycles": re.compile(r"^--ft[-_]cycle[-_]info[-_]dir(?:=(.*))?$"),
-    "checkpoint": re.compile(r"^--ft[-_]checkpoint[-_]iteration[-_]file(?:=(.*))?$"),
-}
-
-
-def flags_from_script(text: str) -> dict[str, str]:
-    """The last `--ft-cycle-info-dir` and `--ft-checkpoint-iteration-file` of a batch script,
-    with simple assignments expanded and the job id variables turned into `*` (so the glob
-    covers every generation). Nothing in the script is executed; a value that depends on
-    anything else (a command substitution, a sourced file, an unset variable) is not guessed:
-    the flag counts as not found."""
-    assigned: dict[str, str] = {"SLURM_ARRAY_JOB_ID": "*", "SLURM_JOB_ID": "*"}
-    unresolved: set[str] = set()
-
-    def lookup(var: str) -> str | None:
-        if var in assigned:
-            return assigned[var]
-        if var in ("HOME", "USER"):
-            return os.environ.get(var)
-        unresolved.add(var)
-        return None
-
-    found: dict[str, str] = {}
-    for raw in text.replace("\\\n", " ").splitlines():  # continuation lines joined
-        line = raw.strip()
-        m = SHELL_ASSIGNMENT_RE.match(line)
-        if m is not None and not m.group(2).startswith("("):
-            # A command substitution or another unsupported form leaves the name unset.
-            assigned.pop(m.group(1), None)
-            with contextlib.suppress(ConfigError):
-                assigned[m.group(1)] = expand_shell_value(m.group(2), lookup, "script")
-            continue
-        try:
-            words = shlex.split(line, comments=True)
-        except ValueError:
-            continue
-        for i, word in enumerate(words):
-            for what, flag_re in _FLAG_RES.items():
-                fm = flag_re.match(word)
-                if fm is None:
-                    continue
-                value = (
-                    fm.group(1)
-                    if fm.group(1) is not None
-                    else (words[i + 1] if i + 1 < len(words) else None)
-                )
-                if value is None:
-                    continue
-                unresolved.clear()
-                try:
-                    expanded = expand_shell_word(value, lookup, "script")
-                except ConfigError:
-                    found.pop(what, None)
-                    continue
-                if unresolved:
-                    found.pop(what, None)  # "$RUN/ci" with RUN unknown is not "/ci"
-                else:
-                    found[what] = expanded
-    return found
 
 
 def _state_key(chain: ChainRef, globs: tuple[str, ...]) -> str:
