@@ -270,3 +270,31 @@ def test_a_controller_outage_never_ends_an_experiment_early(
     assert "squeue failed" in err  # the driver said it was blind, and waited
     ended = [e for e in journal(session_of(base)) if e["event"] == "ended"]
     assert len(ended) == 2 and all(e["state"] == "COMPLETED" for e in ended)
+
+
+@pytest.mark.parametrize("barrier", [True, False], ids=["barrier", "sliding-window"])
+def test_barrier_waits_for_the_whole_batch_where_the_window_does_not(
+    slurm: Slurm, shared_dir: Path, sleeper: Path, barrier: bool
+) -> None:
+    # A long first job and short others, two at a time: upstream's barrier submits the third
+    # only once the long one has left; the sliding window as soon as the short one has.
+    base = shared_dir / ("barrier" if barrier else "window")
+    pool = "SEGFAULT:0:12:2 SEGFAULT:1:1:2 SEGFAULT:2:1:2 SEGFAULT:3:1:2"
+    with QueueSampler(slurm) as sampler:
+        proc = inject(
+            "--workload", "cpu_fault_demo", "--sbatch-script", str(sleeper), "--pool", pool,
+            "--base-dir", str(base), "--no-analysis", "--json",
+            "--set", "slurm.poll_interval=1", "--set", "inject.batch_size=2",
+            *(["--barrier"] if barrier else []),
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    events = journal(session_of(base))
+    jobs = {e["index"]: e["job_id"] for e in events if e["event"] == "submitted"}
+    assert sorted(jobs) == [0, 1, 2, 3]
+    first_batch, later = {jobs[0], jobs[1]}, {jobs[2], jobs[3]}
+    overlap = [s for s in sampler.samples if s & first_batch and s & later]
+    long_with_later = [s for s in sampler.samples if jobs[0] in s and s & later]
+    if barrier:
+        assert not overlap, overlap  # never two batches in Slurm at once
+    else:
+        assert long_with_later  # the window filled the short job's place at once
