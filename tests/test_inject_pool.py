@@ -270,3 +270,53 @@ def test_a_campaign_whose_journal_has_no_spec_ends_with_an_error_not_a_traceback
     outcome = campaign.run()
     assert outcome.error is not None and "no campaign spec" in outcome.error
     assert session.state().gpus_per_node(default=4) == 4
+
+
+def test_the_n3_super_pool_is_upstreams_8_node_file_entry_for_entry() -> None:
+    assert pool_entries("n3_super") == [
+        "GPU_SLEEP:1:5:8", "GPU_SLEEP:0:5:8", "GPU_SLEEP:16:5:8", "GPU_SLEEP:31:5:8",
+        "GPU_ERROR:1:5:8", "GPU_ERROR:0:5:8", "SIGKILL:1:5:8",
+    ]  # fmt: skip
+
+
+# An upstream-format registry, as a site keeps it beside upstream's scripts.
+WORKLOADS_CONF = """\
+# workloads.conf: NAME  SCRIPT  BASE_EXPERIMENTS_DIR  DESCRIPTION  POOL_FILE  TIME
+#
+llama4_scout  l4_gb200_reduced.sh   /lustre/exp/llama4   Llama4-Scout_(reduced_layers)_on_GB200  -  -
+n3_super      n3_super_gb200_fi.sh  -                    Nemotron3-Super_on_GB200  n3_super_8node.txt  00:45:00
+llama4_scout  other.sh  /elsewhere  Second_line  -  -
+"""
+
+
+def test_upstreams_workloads_conf_is_a_registry(tmp_path: Path) -> None:
+    scripts = tmp_path / "scripts"
+    (scripts / "pools").mkdir(parents=True)
+    conf = scripts / "workloads.conf"
+    conf.write_text(WORKLOADS_CONF)
+    registry = load_registry(conf)
+    scout = find_workload("llama4_scout", registry)
+    assert scout.script == scripts / "l4_gb200_reduced.sh"  # relative to the file
+    assert scout.script_dir == scripts  # NVRX_ATTR_SCRIPT_DIR
+    assert scout.base_experiments_dir == Path("/lustre/exp/llama4")
+    assert scout.description == "Llama4-Scout (reduced layers) on GB200"
+    assert scout.pool is None and scout.time is None  # `-`: the defaults
+    n3 = find_workload("n3_super", registry)
+    assert n3.pool == str(scripts / "pools" / "n3_super_8node.txt")
+    assert n3.time == "00:45:00" and n3.base_experiments_dir is None
+    assert find_workload("cpu_fault_demo", registry).min_nodes == 2  # the shipped ones stay
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ("lonely", "got 1 column"),
+        ("a b c d e f g", "got 7 column"),
+        ("x s.sh - d - soon", "invalid time limit .soon."),
+    ],
+)
+def test_a_bad_workloads_conf_line_is_named(tmp_path: Path, line: str, says: str) -> None:
+    conf = tmp_path / "workloads.conf"
+    conf.write_text(line + "\n")
+    with pytest.raises(PoolError, match=f"workloads.conf line 1.*{says}|{says}"):
+        load_registry(conf)

@@ -70,19 +70,26 @@ def make_plan(
     script = Path(script).expanduser().resolve()
     if not script.is_file():
         raise PoolError(f"sbatch script {script} not found (workload {workload.name})")
+    # What upstream's driver exports to every job, set or empty, and the cache-staging
+    # variables only when set here (upstream's workload scripts read those from user.env).
     site = {
-        name: str(value)
+        name: "" if value is None else str(value)
         for name, value in (
             ("MEGATRON_REPO_HOST_PATH", cfg.megatron_repo_host_path),
             ("CONTAINER_IMAGE", cfg.container_image),
             ("SHARED_TMP_BASE_DIR", cfg.shared_tmp_base_dir),
             ("WORKSPACE_HOST_PATH", cfg.workspace_host_path),
-            ("ENABLE_NFS_CACHE_STAGING", "1" if cfg.enable_nfs_cache_staging else "0"),
-            ("NFS_TRITON_CACHE", cfg.nfs_triton_cache),
-            ("NFS_INDUCTOR_CACHE", cfg.nfs_inductor_cache),
         )
-        if value is not None and value != ""
     }
+    for name, key, value in (
+        ("ENABLE_NFS_CACHE_STAGING", "enable_nfs_cache_staging",
+         "1" if cfg.enable_nfs_cache_staging else "0"),
+        ("NFS_TRITON_CACHE", "nfs_triton_cache", cfg.nfs_triton_cache),
+        ("NFS_INDUCTOR_CACHE", "nfs_inductor_cache", cfg.nfs_inductor_cache),
+    ):  # fmt: skip
+        if loaded.origins[f"inject.{key}"].layer != "default" and value is not None:
+            site[name] = value
+    site["NVRX_ATTR_SCRIPT_DIR"] = str(workload.script_dir or script.parent)
     assert set(site) <= set(SITE_VARIABLES)
     spec = CampaignSpec(
         workload=workload.name,
@@ -123,7 +130,14 @@ def start_session(
     """A new session directory (under `base`, default inject.base_experiments_dir) with the
     campaign, its batch size (default inject.batch_size) and its experiments journalled."""
     cfg = loaded.config.inject
-    session = Session.create(base or Path(cfg.base_experiments_dir))
+    if base is None:
+        default = loaded.origins["inject.base_experiments_dir"].layer == "default"
+        base = Path(
+            plan.workload.base_experiments_dir
+            if default and plan.workload.base_experiments_dir is not None
+            else cfg.base_experiments_dir
+        ).expanduser()
+    session = Session.create(base)
     record_session(
         session,
         plan.spec,

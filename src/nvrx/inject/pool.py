@@ -180,13 +180,13 @@ DEFAULT_POOL = (
     "SIGNAL_EXC:1:5:2"
 )
 
-# Named pools. `n3_super`'s upstream file has 7 entries at 8 nodes whose exact contents the
-# reference does not record: this is nvrx's own choice of 7 (hang, crash, signal, exception).
+# Named pools. `n3_super` is upstream's pools/n3_super_8node.txt, entry for entry ("n3_super
+# minimum supported size is 8 nodes"): the GPU hang sweep, both GPU errors, one kill.
 NAMED_POOLS: dict[str, str] = {
     "default": DEFAULT_POOL,
     "n3_super": (
-        "GPU_SLEEP:1:5:8 GPU_SLEEP:0:5:8 GPU_SLEEP:31:5:8 GPU_ERROR:1:5:8 "
-        "SIGKILL:1:5:8 SEGFAULT:1:5:8 WORKLOAD_EXC:1:5:8"
+        "GPU_SLEEP:1:5:8 GPU_SLEEP:0:5:8 GPU_SLEEP:16:5:8 GPU_SLEEP:31:5:8 "
+        "GPU_ERROR:1:5:8 GPU_ERROR:0:5:8 SIGKILL:1:5:8"
     ),
     # CPU rehearsal on the local cluster (2 ranks per node): a hang, a crash, a signal and an
     # exception among them, on 2- and 4-node jobs.

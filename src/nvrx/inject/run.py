@@ -27,8 +27,10 @@ from nvrx.inject.session import Record, Session, SessionState, utcnow
 from nvrx.slurm import ErrorKind, Slurm, SlurmError, SlurmValueError, SubmitOptions
 from nvrx.slurm.poller import JobStatus, StatePoller
 
-# Exported to every job besides the experiment's own values (upstream §6), when set.
+# Exported to every job besides the experiment's own values: upstream's (the four paths and
+# NVRX_ATTR_SCRIPT_DIR, always), and the cache-staging ones when set (docs/upstream-parity.md).
 SITE_VARIABLES = (
+    "NVRX_ATTR_SCRIPT_DIR",
     "MEGATRON_REPO_HOST_PATH",
     "CONTAINER_IMAGE",
     "SHARED_TMP_BASE_DIR",
@@ -82,8 +84,9 @@ def experiment_options(spec: CampaignSpec, session: Session, record: Record) -> 
         "GPUS_PER_NODE": str(spec.gpus_per_node),
         "EXPERIMENT_DIR": str(record.dir),
         "BASE_EXPERIMENTS_DIR": str(session.dir.parent.parent),
-        "NVRX_WORKLOAD_DIR": str(Path(spec.script).parent),
         **({"FAULT_DELAY": str(spec.fault_delay)} if spec.fault_delay is not None else {}),
+        # A session recorded before NVRX_ATTR_SCRIPT_DIR was: the script's directory.
+        "NVRX_ATTR_SCRIPT_DIR": str(Path(spec.script).parent),
         **spec.exports,
     }
     return SubmitOptions(

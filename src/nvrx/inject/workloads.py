@@ -1,7 +1,13 @@
 """The workloads registry: what to submit for an experiment, and the bounds a pool must fit.
 
 Shipped as package data (upstream's `workloads.conf` as YAML) and extendable from the config
-(`inject.workloads_file`, same shape; an entry of the same name replaces the shipped one).
+(`inject.workloads_file`; an entry of the same name replaces the shipped one): a YAML file of
+the same shape, or upstream's own `workloads.conf` (a name ending in `.conf`), read as upstream's
+driver reads it: whitespace-separated `NAME SCRIPT BASE_EXPERIMENTS_DIR DESCRIPTION POOL_FILE
+TIME`, `#` lines ignored, `-` for "not set", `_` in the description shown as a space, SCRIPT
+relative to the file's directory and POOL_FILE to its `pools/` directory. That directory is
+the workload's script directory, given to the job as NVRX_ATTR_SCRIPT_DIR (where upstream's
+workload scripts look for their `user.env`).
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from nvrx.config import ConfigError, parse_yaml
+from nvrx.config import ConfigError, SlurmTime, parse_yaml
 from nvrx.files import InputError, read_bounded
 from nvrx.inject.pool import PoolError
 
@@ -26,8 +32,50 @@ class Workload(BaseModel):
     min_nodes: int = Field(1, ge=1)
     gpus_per_node: int | None = Field(None, ge=1)  # None: slurm.gpus_per_node
     pool: str | None = None  # a named pool or a pool file
-    time: str | None = None
+    time: SlurmTime | None = None
     env: dict[str, str] = Field(default_factory=dict)  # extra exports for the job
+    # NVRX_ATTR_SCRIPT_DIR (None: the script's directory); upstream's scripts/ for a .conf
+    script_dir: Path | None = None
+    # The session root when inject.base_experiments_dir is not set (upstream's third column)
+    base_experiments_dir: Path | None = None
+
+
+UPSTREAM_COLUMNS = ("name", "script", "base_experiments_dir", "description", "pool", "time")
+
+
+def parse_workloads_conf(text: str, source: str, base: Path) -> dict[str, Workload]:
+    """Upstream's `workloads.conf` (the module docstring); a line with fewer than two columns,
+    more than six, or a bad value stops the command naming the file and line."""
+    out: dict[str, Workload] = {}
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        words = line.split()
+        if not 2 <= len(words) <= len(UPSTREAM_COLUMNS):
+            raise PoolError(
+                f"workloads file {source} line {no}: expected NAME SCRIPT [BASE_EXPERIMENTS_DIR "
+                f"DESCRIPTION POOL_FILE TIME], got {len(words)} column(s)"
+            )
+        row = {k: v for k, v in zip(UPSTREAM_COLUMNS, words, strict=False) if v != "-"}
+        name = row.pop("name")
+        if name in out:
+            continue  # upstream takes a name's first line
+        fields: dict[str, Any] = {"script": str(base / row["script"]), "script_dir": str(base)}
+        if "description" in row:
+            fields["description"] = row["description"].replace("_", " ")
+        if "pool" in row:
+            fields["pool"] = str(base / "pools" / row["pool"])
+        for key in ("base_experiments_dir", "time"):
+            if key in row:
+                fields[key] = row[key]
+        try:
+            out[name] = Workload(name=name, **fields)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(map(str, first["loc"]))
+            reason = first["msg"].removeprefix("Value error, ")
+            raise PoolError(f"workloads file {source} line {no}: {where}: {reason}") from None
+    return out
 
 
 def _parse(text: str, source: str, base: Path | None) -> dict[str, Workload]:
@@ -66,7 +114,10 @@ def load_registry(extra: Path | None = None) -> dict[str, Workload]:
             raise PoolError(
                 f"workloads file {extra} is not UTF-8 text (byte {exc.start})"
             ) from None
-        registry.update(_parse(extra_text, str(extra), extra.parent))
+        if extra.name.endswith(".conf"):
+            registry.update(parse_workloads_conf(extra_text, str(extra), extra.parent.resolve()))
+        else:
+            registry.update(_parse(extra_text, str(extra), extra.parent))
     return registry
 
 
