@@ -502,6 +502,16 @@ def inject_loop_cmd(
         Path | None,
         typer.Option(help="A new session of the experiments that failed a dimension in this one."),
     ] = None,
+    next_: Annotated[
+        Path | None,
+        typer.Option(
+            "--next",
+            help="Print the pool of the sweep's next iteration after this session; run nothing.",
+        ),
+    ] = None,
+    iters: Annotated[
+        str | None, typer.Option(help="Run each pool entry at these iterations, e.g. 2,10.")
+    ] = None,
     no_analysis: Annotated[
         bool, typer.Option("--no-analysis", help="Run the jobs only: no analysis, no scores.")
     ] = False,
@@ -554,6 +564,10 @@ def inject_loop_cmd(
     def warn(message: str) -> None:
         stderr.print(f"nvrx: warning: {printable(message)}", markup=False)
 
+    if next_ is not None:
+        if resume or reanalyze or rerun_failing or pool or iters or dry_run or list_pool:
+            fail("--next reads one session and prints a pool: no other session or pool option")
+        raise typer.Exit(_next_iteration(next_, config, env_file, set_))
     reanalyze = reanalyze.resolve() if reanalyze is not None else None
     rerun_failing = rerun_failing.resolve() if rerun_failing is not None else None
     resume = resume.resolve() if resume is not None else None
@@ -584,6 +598,7 @@ def inject_loop_cmd(
         "inject.batch_size": batch_size,
         "inject.base_experiments_dir": base_dir,
         "inject.time_limit": time_limit,
+        "inject.iters": iters,
     }
     loaded = load(
         config, env_file, [*(set_ or []), *(f"{k}={v}" for k, v in given.items() if v is not None)]
@@ -851,6 +866,26 @@ def _open_session(directory: Path, force: bool) -> tuple[Any, Any]:
     for note in state.notes(session.journal.path):
         stderr.print(f"nvrx: warning: {printable(note)}", markup=False)
     return session, state
+
+
+def _next_iteration(
+    session_dir: Path, config: Path | None, env_file: Path | None, sets: list[str] | None
+) -> int:
+    """`--next SESSION`: the next iteration's pool on stdout (for `--pool "$(...)"`), why on
+    stderr."""
+    from nvrx.inject.pool import PoolError
+    from nvrx.inject.sweep import next_iteration
+
+    dimensions = load(config, env_file, sets).config.inject.stop_dimensions
+    try:
+        _open_session(session_dir.resolve(), False)
+        step = next_iteration(session_dir.resolve(), dimensions)
+    except PoolError as exc:
+        fail(str(exc))
+    stderr.print(f"iteration {step.iteration}: {step.why}", markup=False)
+    if step.entries:
+        sys.stdout.write(" ".join(step.entries) + "\n")
+    return 0
 
 
 def _reanalyze(

@@ -373,6 +373,17 @@ class InjectSettings(_Section):
             raise ValueError("a dimension is named twice")
         return value
 
+    iters: list[Annotated[int, Field(ge=0, le=999_999_999)]] | None = Field(
+        None, description="run each pool entry at these injection iterations (comma-separated)"
+    )
+
+    @field_validator("iters", mode="before")
+    @classmethod
+    def _iteration_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()] or None
+        return value
+
     batch_size: int = Field(2, ge=1, le=10_000, description="jobs of the session in Slurm at once")
     time_limit: SlurmTime = Field("00:30:00", description="per-job wall clock")
     base_experiments_dir: ExpandedPath = Field(

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nvrx.config import LoadedConfig
-from nvrx.inject.pool import Pool, PoolError, build_pool, pool_entries
+from nvrx.inject.pool import Pool, PoolError, at_iterations, build_pool, pool_entries
 from nvrx.inject.run import SITE_VARIABLES, CampaignSpec, experiment_options, record_session
 from nvrx.inject.session import Record, Session, SessionState
 from nvrx.inject.workloads import Workload, find_workload, load_registry
@@ -45,8 +45,13 @@ def plan_pool(loaded: LoadedConfig, *, allow_duplicates: bool = False) -> PoolPl
     workload = find_workload(cfg.workload, load_registry(cfg.workloads_file))
     gpn = gpus_per_node(loaded, workload)
     source = cfg.pool or workload.pool or "default"
+    pools_dir = workload.script_dir / "pools" if workload.script_dir is not None else None
+    entries = pool_entries(source, pools_dir)
+    if cfg.iters:
+        entries = at_iterations(entries, cfg.iters)
+        source = f"{source} at iterations {','.join(map(str, cfg.iters))}"
     pool = build_pool(
-        pool_entries(source),
+        entries,
         gpus_per_node=gpn,
         min_nodes=workload.min_nodes,
         workload=workload.name,

@@ -197,13 +197,17 @@ NAMED_POOLS: dict[str, str] = {
 }
 
 
-def pool_entries(source: str) -> list[str]:
-    """A pool given as a name (`default`, `n3_super`, `quick`), a file (comments allowed) or
-    the entries themselves (`GPU_SLEEP:1:5:2 SIGKILL:0:5:2`)."""
+def pool_entries(source: str, pools_dir: Path | None = None) -> list[str]:
+    """A pool given as a name (`default`, `n3_super`, `quick`, or a file of `pools_dir`: the
+    `pools/` of upstream's scripts, `n3_super_8n_16n.pool`), a file (comments allowed) or the
+    entries themselves (`GPU_SLEEP:1:5:2 SIGKILL:0:5:2`)."""
     text = source.strip()
     if text in NAMED_POOLS:
         return split_pool(NAMED_POOLS[text])
     path = Path(text).expanduser()
+    if pools_dir is not None and "/" not in text and ":" not in text and text:
+        named = pools_dir / text
+        path = named if named.is_file() else path
     try:
         is_file = path.is_file()
     except OSError:  # an inline pool longer than a file name can be (ENAMETOOLONG)
@@ -218,6 +222,26 @@ def pool_entries(source: str) -> list[str]:
             raise PoolError(f"pool file {path} is not UTF-8 text (byte {exc.start})") from None
     words = split_pool(text)
     if "/" in text or (len(words) == 1 and ":" not in words[0]):
-        names = ", ".join(NAMED_POOLS)
+        names = ", ".join([*NAMED_POOLS, *(_pool_files(pools_dir))])
         raise PoolError(f"pool {source!r} is not a pool name ({names}), a file or entries")
     return words
+
+
+def _pool_files(pools_dir: Path | None) -> list[str]:
+    if pools_dir is None or not pools_dir.is_dir():
+        return []
+    return sorted(p.name for p in pools_dir.iterdir() if p.is_file())
+
+
+def at_iterations(entries: list[str], iterations: list[int]) -> list[str]:
+    """Each entry at each of `iterations` (the iteration dimension of the sweep), in pool order,
+    each once: `SIGKILL:1:5:2` at 2 and 10 is `SIGKILL:1:2:2 SIGKILL:1:10:2`."""
+    out: dict[str, None] = {}
+    for entry in entries:
+        parts = entry.split(":")
+        if len(parts) != 4:
+            out[entry] = None  # build_pool names what is wrong with it
+            continue
+        for iteration in iterations:
+            out[":".join((parts[0], parts[1], str(iteration), parts[3]))] = None
+    return list(out)

@@ -265,13 +265,18 @@ def report_json(
     return doc
 
 
-def previous_session(session_dir: Path) -> Path | None:
-    """The newest sibling session older than this one (session names sort by time)."""
-    older = sorted(
+def older_sessions(session_dir: Path) -> list[Path]:
+    """The sibling sessions older than this one, oldest first (session names sort by time)."""
+    return sorted(
         p
         for p in session_dir.parent.iterdir()
         if p.is_dir() and p.name < session_dir.name and (p / "journal.jsonl").is_file()
     )
+
+
+def previous_session(session_dir: Path) -> Path | None:
+    """The newest sibling session older than this one."""
+    older = older_sessions(session_dir)
     return older[-1] if older else None
 
 
