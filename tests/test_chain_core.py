@@ -2,6 +2,7 @@
 
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -70,11 +71,12 @@ def test_segment_must_divide_the_training_nodes() -> None:
 
 def test_global_batch_divisibility_by_micro_times_data_parallel() -> None:
     assert batch_sizes(PROFILES["small"], 8, None, None) == (1, 8)
-    assert batch_sizes(PROFILES["8b"], 8, None, None) == (1, 16)  # 2 x world, TP 2 -> dp 4
+    assert batch_sizes(PROFILES["8b"], 8, None, None) == (1, 16)  # 2 x world, as upstream
     with pytest.raises(ChainError, match="global batch size 6 is not divisible by micro batch 4"):
         batch_sizes(PROFILES["small"], 8, 4, 6)
+    tp2 = replace(PROFILES["8b"], tensor_parallel=2)
     with pytest.raises(ChainError, match="world size 5 is not a multiple of tensor × pipeline"):
-        batch_sizes(PROFILES["8b"], 5, None, None)
+        batch_sizes(tp2, 5, None, None)
 
 
 @pytest.mark.parametrize("place", ["/tmp/run", "/var/tmp/run", "/dev/shm/run"])

@@ -29,6 +29,7 @@ FAKES = {
     # The launcher: record its arguments, then behave as FAKE_RC says ("sleep" waits for TERM).
     "launcher": (
         'printf "%s\\n" "$@" >"$FAKE_DIR/launcher.args"\n'
+        'env >"$FAKE_DIR/launcher.env"\n'
         'if [ "$FAKE_RC" = sleep ]; then sleep 60; exit 0; fi\n'
         'exit "$FAKE_RC"\n'
     ),

@@ -30,8 +30,47 @@ _DIRECTIVES = (
     "--no-requeue",
 )
 
-# Megatron model sizes of nvrx's profiles (the parallel layout is in shape.PROFILES).
-_MODEL_SIZES = {"small": (4, 1024, 16), "8b": (32, 4096, 32)}  # layers, hidden, heads
+# The Megatron-LM recipe of upstream's generation script (docs/upstream-parity.md): public
+# Megatron with mock data (NullTokenizer: nothing to download), torch_dist checkpoints saved
+# asynchronously and fully in parallel, the distributed optimizer, straggler logging. The
+# values nvrx settings decide (parallel layout, batch sizes, samples, checkpoint cadence, exit
+# duration, paths) are added by the script itself.
+MEGATRON_ARGS: tuple[str, ...] = (
+    "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "131072",
+    "--no-create-attention-mask-in-dataloader", "--num-workers", "1",
+    "--use-mcore-models", "--distributed-timeout-minutes", "10",
+    "--untie-embeddings-and-output-weights", "--disable-bias-linear",
+    "--position-embedding-type", "rope", "--rotary-percent", "1.0", "--normalization", "RMSNorm",
+    "--attention-dropout", "0.0", "--hidden-dropout", "0.0",
+    "--lr-warmup-samples", "10240", "--lr", "6e-4", "--min-lr", "6e-6",
+    "--lr-decay-style", "cosine", "--weight-decay", "0.1", "--clip-grad", "1.0",
+    "--adam-beta1", "0.9", "--adam-beta2", "0.95", "--bf16",
+    "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
+    "--manual-gc", "--eval-iters", "14", "--eval-interval", "2000",
+    "--log-interval", "20", "--log-progress", "--log-throughput", "--log-energy",
+    "--log-params-norm", "--log-num-zeros-in-grad", "--timing-log-option", "minmax",
+    "--log-straggler", "--disable-straggler-on-startup", "--straggler-minmax-count", "16",
+    "--check-weight-hash-across-dp-replicas-interval", "20000",
+    "--ckpt-format", "torch_dist", "--ckpt-fully-parallel-save", "--ckpt-fully-parallel-load",
+    "--ckpt-assume-constant-structure", "--async-save", "--use-persistent-ckpt-worker",
+)  # fmt: skip
+# The model of each profile (the parallel layout and batch sizes are in shape.PROFILES).
+MODEL_ARGS: dict[str, tuple[str, ...]] = {
+    # Small enough to reach a step and a checkpoint on a couple of GPUs.
+    "small": (
+        "--num-layers", "8", "--hidden-size", "1024", "--ffn-hidden-size", "4096",
+        "--num-attention-heads", "16", "--swiglu", "--init-method-std", "0.02",
+        "--seq-length", "1024", "--max-position-embeddings", "1024",
+    ),
+    # 8B dense.
+    "8b": (
+        "--num-layers", "32", "--hidden-size", "4096", "--ffn-hidden-size", "21504",
+        "--num-attention-heads", "32", "--group-query-attention", "--num-query-groups", "8",
+        "--kv-channels", "128", "--squared-relu", "--init-method-std", "0.014",
+        "--rotary-base", "1000000", "--seq-length", "8192", "--max-position-embeddings", "8192",
+        "--recompute-granularity", "selective",
+    ),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -75,7 +114,6 @@ def render_script(
     """The complete generation script for these settings."""
     faults = effective_faults(chain)
     model = model_layout(chain, shape)
-    layers, hidden, heads = _MODEL_SIZES[chain.model_profile]
 
     settings: list[tuple[str, object]] = [
         ("NVRX_CHAIN_ID", chain_id),
@@ -105,9 +143,6 @@ def render_script(
         ("MEGATRON_PATH", chain.megatron_path),
         ("TENSOR_PARALLEL", model.tensor_parallel),
         ("PIPELINE_PARALLEL", model.pipeline_parallel),
-        ("NUM_LAYERS", layers),
-        ("HIDDEN_SIZE", hidden),
-        ("NUM_ATTENTION_HEADS", heads),
         ("MICRO_BATCH_SIZE", model.micro_batch_size),
         ("GLOBAL_BATCH_SIZE", model.global_batch_size),
         ("SAVE_INTERVAL", chain.save_interval),
@@ -116,7 +151,13 @@ def render_script(
         ("LR_DECAY_SAMPLES", chain.lr_decay_samples),
         ("EXIT_DURATION_IN_MINS", chain.exit_duration_in_mins),
     ]
-    reserved = {name for name, _ in settings} | {"NVRX_LAUNCHER", "NVRX_TRAIN_COMMAND"}
+    arrays = {
+        "NVRX_LAUNCHER": chain.launcher,
+        "NVRX_TRAIN_COMMAND": chain.train_command,
+        "NVRX_MODEL_ARGS": MODEL_ARGS[chain.model_profile],
+        "NVRX_MEGATRON_ARGS": MEGATRON_ARGS,
+    }
+    reserved = {name for name, _ in settings} | set(arrays)
     for name in chain.extra_env:
         if not _ENV_NAME_RE.match(name):
             raise ChainError(f"invalid extra_env variable name {name!r}")
@@ -134,8 +175,7 @@ def render_script(
         "",
         "# --- settings -------------------------------------------------------------------------",
         *(f"{name}={_q(value)}" for name, value in settings),
-        f"NVRX_LAUNCHER={_array(chain.launcher)}",
-        f"NVRX_TRAIN_COMMAND={_array(chain.train_command)}",
+        *(f"{name}={_array(values)}" for name, values in arrays.items()),
         *(f"export {name}={_q(value)}" for name, value in sorted(chain.extra_env.items())),
         "",
     ]

@@ -112,7 +112,7 @@ PROFILES: dict[str, Parallelism] = {
         tensor_parallel=1, pipeline_parallel=1, micro_batch_size=1, global_batch_per_gpu=1
     ),
     "8b": Parallelism(
-        tensor_parallel=2, pipeline_parallel=1, micro_batch_size=1, global_batch_per_gpu=2
+        tensor_parallel=1, pipeline_parallel=1, micro_batch_size=1, global_batch_per_gpu=2
     ),
 }
 

@@ -153,8 +153,12 @@ else
     ITERATION_FILE=$CHECKPOINT_DIR/latest_checkpointed_iteration.txt
 fi
 
-export NCCL_MNNVL_ENABLE=0
-export NCCL_MNNVL_CLIQUE_ID=$NVRX_TASK # one MNNVL clique per array task
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+export NVTE_FWD_LAYERNORM_SM_MARGIN=16 NVTE_BWD_LAYERNORM_SM_MARGIN=16
+# One MNNVL clique per array task: tasks are separate allocations and must not be fused into
+# one NVLink domain (a site that wants MNNVL on sets NCCL_MNNVL_ENABLE itself).
+export NCCL_MNNVL_ENABLE="${NCCL_MNNVL_ENABLE:-0}"
+export NCCL_MNNVL_CLIQUE_ID=$NVRX_TASK
 export NVRX_LOG_DEBUG NVRX_GPUS_PER_NUMA
 export NVRX_CHECKPOINT_DIR=$CHECKPOINT_DIR NVRX_SAVE_INTERVAL=$SAVE_INTERVAL
 export NVRX_FAULT_INJECT NVRX_FAULT_RANKS NVRX_FAULT_DELAY NVRX_FAULT_TYPES
@@ -193,23 +197,21 @@ fi
 if [ -n "${NVRX_TRAIN_COMMAND[*]+set}" ] && [ "${#NVRX_TRAIN_COMMAND[@]}" -gt 0 ]; then
     launch+=("${NVRX_TRAIN_COMMAND[@]}")
 else
-    # Megatron-LM with nvrx's model profile; --enable-ft-package makes the section timeouts apply.
+    # Megatron-LM, upstream's recipe with the profile's model; --enable-ft-package makes the
+    # section timeouts apply.
     launch+=(
         "$MEGATRON_PATH/pretrain_gpt.py"
+        --enable-ft-package
+        "${NVRX_MODEL_ARGS[@]}"
+        "${NVRX_MEGATRON_ARGS[@]}"
         --tensor-model-parallel-size "$TENSOR_PARALLEL"
         --pipeline-model-parallel-size "$PIPELINE_PARALLEL"
-        --num-layers "$NUM_LAYERS" --hidden-size "$HIDDEN_SIZE"
-        --num-attention-heads "$NUM_ATTENTION_HEADS"
-        --seq-length 2048 --max-position-embeddings 2048
         --micro-batch-size "$MICRO_BATCH_SIZE" --global-batch-size "$GLOBAL_BATCH_SIZE"
         --train-samples "$TRAIN_SAMPLES" --lr-decay-samples "$LR_DECAY_SAMPLES"
-        --lr 3.0e-4 --min-lr 3.0e-5 --lr-decay-style cosine --bf16
-        --mock-data --tokenizer-type NullTokenizer --vocab-size 32000
-        --save "$CHECKPOINT_DIR" --load "$CHECKPOINT_DIR"
-        --save-interval "$SAVE_INTERVAL" --save-retain-interval "$SAVE_RETAIN_INTERVAL"
         --exit-duration-in-mins "$EXIT_DURATION_IN_MINS"
-        --tensorboard-dir "$NVRX_WORK_DIR/tensorboard" --log-interval 1
-        --enable-ft-package
+        --load "$CHECKPOINT_DIR" --save "$CHECKPOINT_DIR"
+        --save-interval "$SAVE_INTERVAL" --save-retain-interval "$SAVE_RETAIN_INTERVAL"
+        --tensorboard-dir "$NVRX_WORK_DIR/tensorboard"
     )
     if [ "$NVRX_FAULT_INJECT" = 1 ]; then
         launch+=(
