@@ -465,3 +465,22 @@ def test_a_blind_pass_resolves_nothing(tmp_path: Path, hook: str) -> None:
     code, doc, _ = watch(tmp_path / "w", tmp_path / "state", *pd, env=env)
     assert code == 1 and doc["degraded"]
     assert not _events("resolve")  # a blind watcher must not call anything healthy
+
+
+def test_a_checkpoint_file_that_keeps_holding_no_iteration_is_reported(tmp_path: Path) -> None:
+    # Megatron writes `release` for a released checkpoint: not a file caught mid-write, and
+    # a watcher that held it as "being written" forever would never see progress stop.
+    work = tmp_path / "w"
+    cycle_file(work, "980", 0, datetime.now(UTC) - timedelta(minutes=20), None)
+    ckpt = work / "checkpoints" / "latest_checkpointed_iteration.txt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_text("release\n")
+    code, doc, _ = watch(work, tmp_path / "state")
+    assert code == 0 and not doc["findings"]  # one pass: it may be caught mid-write
+    code, doc, _ = watch(work, tmp_path / "state")
+    (finding,) = [f for f in doc["findings"] if f["detector"] == "stalled_progress"]
+    assert finding["key"] == "nvrx-checkpoint-not-an-iteration-980"
+    assert finding["severity"] == "warning" and "'release'" in finding["detail"]
+    ckpt.write_text("40\n")  # an iteration again: the finding clears
+    code, doc, _ = watch(work, tmp_path / "state")
+    assert not [f for f in doc["findings"] if f["key"].startswith("nvrx-checkpoint-not-an")]

@@ -468,6 +468,26 @@ def stalled_progress(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
         "Check that the job saves checkpoints and that the iteration file is updated; compare "
         "the cycle length with the save interval (save more often, or fix what kills cycles)."
     )
+    if ckpt.not_integer_since is not None:
+        # Megatron writes `release` for a released checkpoint; junk stays junk. Neither is a
+        # file caught mid-write once two passes saw it unchanged: progress cannot be watched.
+        return [
+            Finding(
+                detector="stalled_progress",
+                severity=Severity.WARNING,
+                key=f"nvrx-checkpoint-not-an-iteration-{job}",
+                summary=(
+                    f"job {job}: the checkpoint iteration file holds no iteration, so progress "
+                    "cannot be watched"
+                ),
+                detail=f"{ckpt.path}: {ckpt.error}",
+                runbook=(
+                    "Point --ft-checkpoint-iteration-file (and nvrx watch) at the file the "
+                    "training job updates with the iteration of each saved checkpoint."
+                ),
+                evidence={"job": job, "checkpoint_path": ckpt.path, "error": ckpt.error},
+            )
+        ]
     if ckpt.value is None:
         if ckpt.error is not None or len(completed) < cfg.stall_cycles:
             # An unreadable file or one caught mid-write is not "no checkpoint": say nothing

@@ -82,6 +82,9 @@ class Checkpoint:
     first_seen: datetime | None = None
     save_interval_seconds: float | None = None
     error: str | None = None  # unreadable / not an integer (a missing file is not an error)
+    # Since when the file has held the same text that is no integer (seen by two passes or
+    # more): not a file caught mid-write, but one the watcher cannot read progress from.
+    not_integer_since: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import errno
 import os
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from nvrx.config import WatchSettings
+from nvrx.display import printable
 from nvrx.files import InputError, InputTooLarge, read_bounded
 from nvrx.slurm import JobState, QueueRow, Slurm, SlurmError, SlurmValueError
 from nvrx.slurm.parse import AccountingRow
@@ -62,7 +64,17 @@ def read_checkpoint(
     try:
         value = int(raw.decode("ascii").strip())
     except (UnicodeDecodeError, ValueError):
-        return _last_known(path, state, "not an integer (being written?)", interval)
+        text = printable(raw.decode("utf-8", "replace").strip()[:40])
+        since = state.see_checkpoint_text(text, now)
+        if since is None:  # first seen: maybe caught mid-write; the next pass tells
+            return _last_known(path, state, "not an integer (being written?)", interval)
+        held = replace(
+            _last_known(path, state, f"not an integer: {text!r} since {since:%Y-%m-%dT%H:%M:%SZ}",
+                        interval),
+            not_integer_since=since,
+        )  # fmt: skip
+        return held
+    state.see_checkpoint_text(None, now)
     state.see_checkpoint(value, mtime, now)
     return Checkpoint(
         path,

@@ -49,6 +49,10 @@ class WatchState:
     findings: dict[str, datetime] = field(default_factory=dict)  # key → first seen
     alerts: dict[str, datetime] = field(default_factory=dict)  # "key\0sink" → last sent
     note: str | None = None  # why the previous file was not used
+    # The checkpoint file's text when it last held no integer, and since when (a file caught
+    # mid-write changes; one that keeps `release` or junk does not, and is reported).
+    checkpoint_text: str | None = None
+    checkpoint_text_since: datetime | None = None
 
     def see_checkpoint(self, value: int | None, mtime: datetime | None, now: datetime) -> None:
         if value is None:
@@ -61,6 +65,15 @@ class WatchState:
             # The value has been there since the file was written, not since this watcher
             # first looked (the first pass after a restart of the watcher must not reset it).
             self.checkpoint_first_seen = min(mtime, now) if mtime is not None else now
+
+    def see_checkpoint_text(self, text: str | None, now: datetime) -> datetime | None:
+        """Remember a checkpoint file that holds no integer (`text`; None: it holds one again).
+        The time it has held this same text since, when a pass before this one saw it too."""
+        if text is None or text != self.checkpoint_text:
+            self.checkpoint_text = text
+            self.checkpoint_text_since = now if text is not None else None
+            return None
+        return self.checkpoint_text_since
 
     def see_counters(
         self, checkpoint: int | None, cycles: Sequence[CycleInfo]
@@ -140,6 +153,10 @@ class WatchState:
                 else None,
                 "advances": [[v, t.isoformat()] for v, t in self.checkpoint_advances],
                 "high": self.checkpoint_high,
+                "text": self.checkpoint_text,
+                "text_since": self.checkpoint_text_since.isoformat()
+                if self.checkpoint_text_since
+                else None,
             },
             "cycle_high": self.cycle_high,
             "findings": {k: v.isoformat() for k, v in self.findings.items()},
@@ -192,6 +209,8 @@ def load_state(path: Path) -> WatchState:
         checkpoint_value=value if isinstance(value, int) else None,
         checkpoint_first_seen=_time(ckpt.get("first_seen")),
         checkpoint_advances=advances,
+        checkpoint_text=text if isinstance(text := ckpt.get("text"), str) else None,
+        checkpoint_text_since=_time(ckpt.get("text_since")),
         findings=times(data.get("findings")),
         alerts=times(data.get("alerts")),
     )
