@@ -69,8 +69,9 @@ def make_plan(
     script = cfg.sbatch_script or workload.script
     if script is None:
         raise PoolError(
-            f"workload {workload.name} has no sbatch script: set inject.sbatch_script "
-            "(--sbatch-script, SBATCH_SCRIPT)"
+            f"workload {workload.name} has no sbatch script: point inject.workloads_file at "
+            "upstream's scripts/workloads.conf, or set inject.sbatch_script (--sbatch-script, "
+            "SBATCH_SCRIPT)"
         )
     script = Path(script).expanduser().resolve()
     if not script.is_file():
