@@ -15,7 +15,7 @@ from nvrx.chain.script import render_script
 from nvrx.chain.shape import ArrayShape
 from nvrx.config import load_config
 
-from .test_chain_script import FAKES, Generation, finish
+from .test_chain_script import Generation, finish, stand_ins
 
 RECIPE: dict[str, Any] = yaml.safe_load(
     (Path(__file__).resolve().parent / "data" / "upstream_recipe.yaml").read_text()
@@ -24,14 +24,7 @@ GPUS = 4
 
 
 def generation(tmp_path: Path, profile: str) -> Generation:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name, body in FAKES.items():
-        path = bin_dir / name
-        path.write_text("#!/bin/bash\n" + body)
-        path.chmod(0o755)
-    (tmp_path / "squeue.out").write_text("")
-    (tmp_path / "scontrol.out").write_text("JobId=500 ArrayJobId=500 ArrayTaskThrottle=2\n")
+    bin_dir = stand_ins(tmp_path)
     overrides = {
         "chain.launcher": ([str(bin_dir / "launcher")], "t"),
         "chain.no_restart_demo": (False, "t"),

@@ -85,8 +85,8 @@ class Generation:
         return (self.dir / "output.txt").read_text()
 
 
-@pytest.fixture
-def generation(tmp_path: Path) -> Generation:
+def stand_ins(tmp_path: Path) -> Path:
+    """The stand-ins' bin dir in `tmp_path`, with an empty queue and generation 500's record."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, body in FAKES.items():
@@ -95,6 +95,12 @@ def generation(tmp_path: Path) -> Generation:
         path.chmod(0o755)
     (tmp_path / "squeue.out").write_text("")
     (tmp_path / "scontrol.out").write_text("JobId=500 ArrayJobId=500 ArrayTaskThrottle=2\n")
+    return bin_dir
+
+
+@pytest.fixture
+def generation(tmp_path: Path) -> Generation:
+    bin_dir = stand_ins(tmp_path)
     work = tmp_path / "work"
     overrides = {
         "chain.launcher": ([str(bin_dir / "launcher")], "t"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -229,16 +230,10 @@ class Watcher:
         key = self._routing_key(result, logger)
         if key is None or not url:
             return
-        cooldown = self.settings.alert_cooldown
-        for f in result.findings:
-            if not state.may_alert(f.key, PAGERDUTY, now, cooldown):
-                continue
-            try:
-                post_webhook(self._client(), url, pagerduty_trigger(f, result.snapshot, key))
-            except (httpx.HTTPError, httpx.InvalidURL) as exc:
-                self._sink_failed(result, logger, f"pagerduty for {f.key}: {http_problem(exc)}")
-                continue
-            state.alerted(f.key, PAGERDUTY, now, cooldown)
+        self._send_each(
+            result, state, now, logger, PAGERDUTY, url,
+            lambda f: pagerduty_trigger(f, result.snapshot, key),
+        )  # fmt: skip
         if result.degraded:
             return
         current = {f.key for f in result.findings}
@@ -278,15 +273,31 @@ class Watcher:
         self, result: PassResult, state: WatchState, now: datetime, logger: logging.Logger
     ) -> None:
         url = self.settings.webhook_url
-        if not url:
-            return
+        if url:
+            self._send_each(
+                result, state, now, logger, WEBHOOK, url,
+                lambda f: webhook_payload(f, result.snapshot),
+            )  # fmt: skip
+
+    def _send_each(
+        self,
+        result: PassResult,
+        state: WatchState,
+        now: datetime,
+        logger: logging.Logger,
+        sink: str,
+        url: str,
+        payload: Callable[[Finding], dict[str, object]],
+    ) -> None:
+        """POST each finding to one sink, at most once per finding and cooldown; one that fails
+        is a sink error and is not marked as sent (the next pass retries it)."""
         cooldown = self.settings.alert_cooldown
         for f in result.findings:
-            if not state.may_alert(f.key, WEBHOOK, now, cooldown):
+            if not state.may_alert(f.key, sink, now, cooldown):
                 continue
             try:
-                post_webhook(self._client(), url, webhook_payload(f, result.snapshot))
+                post_webhook(self._client(), url, payload(f))
             except (httpx.HTTPError, httpx.InvalidURL) as exc:
-                self._sink_failed(result, logger, f"webhook for {f.key}: {http_problem(exc)}")
+                self._sink_failed(result, logger, f"{sink} for {f.key}: {http_problem(exc)}")
                 continue
-            state.alerted(f.key, WEBHOOK, now, cooldown)
+            state.alerted(f.key, sink, now, cooldown)
