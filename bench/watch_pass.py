@@ -1,7 +1,7 @@
 """Cost of one watch pass over the cycle-info files: cold (empty cache) vs warm (cache written by
 the previous pass).
 
-Upstream nvrx_watch re-reads and re-parses every cycle file on every pass (watch.md §9). nvrx
+Upstream nvrx_watch re-reads and re-parses every cycle file on every pass. nvrx
 keeps a per-chain cache keyed by (mtime, size, inode), so a pass over unchanged files should cost
 one lstat per file. Expectation: warm <= 0.2 x cold.
 

@@ -55,3 +55,23 @@ def test_the_shell_scripts_are_shellcheck_clean() -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stdout
+
+
+def test_nothing_cites_a_file_outside_the_repository() -> None:
+    # Whoever clones the repository must find every contract and reason in it (DESIGN.md,
+    # docs/): no pointer into the development machine's reference notes.
+    import re
+
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    cites = re.compile(r"shared/reference|\b[\w-]+\.md §|\breference §")
+    found = [
+        f"{name}:{no}"
+        for name in tracked
+        if name.endswith((".py", ".sh", ".md", ".yaml", ".toml", ".txt", ".sbatch"))
+        and name != "tests/test_static.py"
+        for no, line in enumerate((REPO / name).read_text(errors="replace").splitlines(), 1)
+        if cites.search(line)
+    ]
+    assert not found, found

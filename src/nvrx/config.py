@@ -2,7 +2,7 @@
 
 Layers, lowest first; each later layer overrides single keys of the earlier ones:
 
-1. built-in defaults (the upstream defaults, see ../shared/reference/),
+1. built-in defaults (the upstream defaults; README, "Configuration"),
 2. a YAML file: `--config PATH`, else `$NVRX_CONFIG`, else `./nvrx.yaml`, else
    `~/.config/nvrx/config.yaml`,
 3. a `user.env`-style `KEY=VALUE` file when one is given (`--env-file`, `$NVRX_ENV_FILE`),

@@ -20,7 +20,7 @@ from nvrx.config import ChainSettings
 SCRIPT_NAME = "nvrx_singleton_array.sbatch"
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-# Fixed sbatch directives of every generation (reference §4); nvrx also passes them on the
+# Fixed sbatch directives of every generation; nvrx also passes them on the
 # command line, these keep a hand-resubmitted copy of the script a singleton generation too.
 _DIRECTIVES = (
     "--ntasks-per-node=1",
@@ -75,7 +75,7 @@ MODEL_ARGS: dict[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class FaultKnobs:
-    """The fault-injection knobs after the demo mode is applied (reference §7)."""
+    """The fault-injection knobs after the demo mode is applied."""
 
     fault_inject: bool
     inject_gpu_failure: str

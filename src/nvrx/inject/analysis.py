@@ -139,7 +139,7 @@ def _read_output(handle: IO[bytes], what: str) -> str:
 def logsage_analyzer(
     script: Path, model: str, base_url: str, timeout: float, secrets: Sequence[str] = ()
 ) -> LogAnalyzer:
-    """Upstream's log analyser, read by substring (its stdout is a repr, inject-loop.md §9.1).
+    """Upstream's log analyser, read by substring (its stdout is a repr: docs/file-contracts.md).
     It runs in the experiment's analysis/ dir: its side-effect file lands there, not in a
     shared temp dir where concurrent runs clobber each other."""
 

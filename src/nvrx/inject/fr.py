@@ -1,7 +1,7 @@
 """Torch-free analysis of NCCL flight-recorder (FR) dumps: which ranks a hung job is missing.
 
 It reproduces the missing-rank table of upstream NVRx's `CollectiveAnalyzer`
-(`attribution/trace_analyzer/fr_attribution.py`; reference: fr-traces.md §6-7):
+(`attribution/trace_analyzer/fr_attribution.py`), in these steps:
 
 1. Load one dump per rank (`_dump_<rank>`: a pickle of plain data, read with a restricted
    unpickler, or the same document as JSON). Only `scheduled` entries (in-flight work) count.
@@ -484,7 +484,7 @@ def group_members(dumps: Sequence[RankDump]) -> dict[str, GroupConfig]:
 def analyze_window(
     window: Window, dumps: Mapping[int, RankDump], groups: Mapping[str, GroupConfig]
 ) -> GroupFinding:
-    """Who is missing from one window (fr-traces.md §6.3)."""
+    """Who is missing from one window (step 3 of the module docstring)."""
     members = groups[window.name].ranks if window.name in groups else ()
     max_completed = max_enqueued = -1
     for entry in window.entries:

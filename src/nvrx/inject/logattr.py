@@ -1,6 +1,6 @@
 """Built-in log attribution for fault-injection runs: deterministic, offline, no model.
 
-The stand-in for upstream's LLM-based logsage (inject-loop.md §9.1), which had no rule per crash
+The stand-in for upstream's LLM-based logsage, which had no rule per crash
 type and called every one of them restartable. `attribute_log` reads one blinded `srun --label`
 main log and answers logsage's 5-field text (`LogAttribution.text`): the restart decision, an
 explanation, `Attribution: Primary issues: [...], Secondary issues: [...]`, a detail line (the
@@ -70,13 +70,14 @@ Classifying the root rank (the first row that matches wins)
                   lost connection)
     HANG          peers time out but name no rank: the root is unknown              RESTART
 
-Decisions follow the restart table (score.md §1): hangs and signals restart; crashes,
-exceptions and GPU errors stop. A log these rules find no failing rank in (no `srun --label`
-ranks, or none that failed by them) is read by `logscan` for its first failure in causal order,
-in any format, with the classes real jobs add (CUDA_OOM, HOST_OOM, DEVICE_ASSERT, NAN_LOSS,
-IO_ERROR, NCCL_ERROR, STORE_LOST, NODE_LOST); a CRASH whose rank's own lines say what it was
-takes that class. Every class has a category and its decision
-(docs/log-attribution-policy.md). No error at all → `ERRORS NOT FOUND`; an empty log → `NO LOGS`.
+Decisions follow the restart table (`nvrx.score.evidence.RESTART_TABLE`): hangs and signals
+restart; crashes, exceptions and GPU errors stop. A log these rules find no failing rank in (no
+`srun --label` ranks, or none that failed by them) is read by `logscan` for its first failure in
+causal order, in any format, with the classes real jobs add (CUDA_OOM, HOST_OOM, DEVICE_ASSERT,
+NAN_LOSS, IO_ERROR, NCCL_ERROR, STORE_LOST, NODE_LOST); a CRASH whose rank's own lines say what
+it was takes that class. Every class has a category and its decision
+(docs/log-attribution-policy.md). No error at all → `ERRORS NOT FOUND`; an empty log → `NO
+LOGS`.
 
 Limits, stated rather than guessed around: a GPU sleep, a GIL lock and a SIGSTOP all leave a
 non-zero rank silent but connected until srun kills it, so the log cannot tell them apart: such a
@@ -144,7 +145,8 @@ CATEGORIES: dict[str, Category] = {
     "NODE_LOST": "infrastructure",
 }
 
-# Decision and the reason given in the explanation field, per class (score.md §1).
+# Decision and the reason given in the explanation field, per class
+# (docs/log-attribution-policy.md).
 DECISIONS: dict[str, tuple[str, str]] = {
     "GPU_SLEEP": (RESTART, "a GPU hang is transient and recoverable"),
     "LOCK_GIL": (RESTART, "a Python GIL hang is transient and recoverable"),

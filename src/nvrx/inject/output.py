@@ -70,7 +70,7 @@ class LineReporter:
         )
 
     def analysed(self, record: Record, result: ExperimentAnalysis, done: int, total: int) -> None:
-        """Upstream's analysis lines (inject-loop.md §10), plus the reason when unscored."""
+        """Upstream's analysis lines, plus the reason when unscored."""
         e, v = record.experiment, result.verdict
         self.say(
             f">>> [{done}/{total}] Analyzing: {e.fault.value} n={e.nodes} rank={e.rank} "

@@ -1,6 +1,6 @@
 """Fault types and the experiment pool (`FAULT_TYPE:RANK:ITER:NODES`), as pure functions.
 
-The pool is ordered by priority (reference: inject-loop.md §2). Every entry is validated
+The pool is ordered by priority (README, "Fault-injection campaigns"). Every entry is validated
 against the workload (rank within `nodes × GPUs per node`, nodes at least the workload's
 minimum) with an error naming the entry; duplicates are reported, and kept only when asked.
 """

@@ -26,7 +26,7 @@ REPORT_JSON = "report.json"
 REPORT_JUNIT = "report.junit.xml"
 TITLE = "# Fault Injection Experiment Report"
 
-# What a pattern of verdicts usually means (inject-loop.md §11), and which rows show it.
+# What a pattern of verdicts usually means (the upstream skill's table), and which rows show it.
 CRASH_TYPES = frozenset({"SEGFAULT", "OS_ABORT", "SIGKILL", "GPU_ERROR"})
 
 

@@ -1,6 +1,6 @@
 """Pure readings of the judge's inputs: the restart table, the blinded log excerpt, the FR
-missing-rank table and its scope, and the attribution text (reference: score.md §1, §2, §6 and
-inject-loop.md §8, §9). Shared by the rules judge, the LLM prompt and the answer normaliser.
+missing-rank table and its scope, and the attribution text (README, "Scoring attribution";
+docs/file-contracts.md). Shared by the rules judge, the LLM prompt and the answer normaliser.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from nvrx.score.model import GroundTruth
 RESTART = "RESTART IMMEDIATE"
 STOP = "STOP - DONT RESTART IMMEDIATE"
 
-# Expected restart decision per fault type, with the reason given to the judge (score.md §1).
+# Expected restart decision per fault type, with the reason given to the judge.
 RESTART_TABLE: dict[FaultType, tuple[str, str]] = {
     FaultType.GPU_SLEEP: (RESTART, "transient GPU hang, recoverable"),
     FaultType.LOCK_GIL: (RESTART, "transient Python GIL hang, recoverable"),
@@ -38,7 +38,7 @@ RESTART_TABLE: dict[FaultType, tuple[str, str]] = {
 EXCERPT_LINES = 400
 
 # Ground truth in text: Megatron's marker, the stale `[MEGATRON_FAULT]` marker, and the
-# injector's own logger lines (inject-loop.md §7, §8).
+# injector's own logger lines.
 # Also the injector's frames in tracebacks (`.../shared_utils/inject_fault.py`).
 _MARKER = re.compile(
     r"FAULT INJECTION|\[MEGATRON_FAULT\]|nvidia_resiliency_ext[./]shared_utils[./]inject_fault"
@@ -87,7 +87,7 @@ def strip_markers(text: str) -> str:
     return "".join(line for line in text.splitlines(keepends=True) if _MARKER.search(line) is None)
 
 
-# --- run validity (inject-loop.md §8) -----------------------------------------------------------
+# --- run validity ------------------------------------------------------------------------------
 
 ValidityKind = Literal["valid", "not_reached", "infra_failed"]
 _FIRED = re.compile(r"CRITICAL.*nvidia_resiliency_ext\.shared_utils\.inject_fault")
@@ -125,7 +125,7 @@ def run_validity(raw_log: str | None) -> Validity:
 
 def judge_excerpt(text: str, lines: int = EXCERPT_LINES) -> str:
     """The last `lines` lines the judge sees: markers stripped, NVRx's own chatter dropped,
-    workload lines kept only when they carry a `Cycle:` (score.md §2)."""
+    workload lines kept only when they carry a `Cycle:`, as upstream's judge input."""
     kept = [
         line
         for line in blind(text).splitlines()  # blind() has dropped the marker lines
@@ -196,7 +196,7 @@ def fr_scope(ranks: frozenset[int], truth: GroundTruth) -> FrScope:
 
 
 def normalise_fr_label(label: str, fr_output: str, truth: GroundTruth) -> FrScope:
-    """The FR dimension, decided by the FR table alone (score.md §6, made symmetric).
+    """The FR dimension, decided by the FR table alone (upstream's rule, made symmetric).
 
     Upstream corrects `node` and `segment` against the table but lets `rank` and `false` through
     unchecked. Here every label is replaced by `fr_scope` of the table's missing ranks, so the
@@ -389,7 +389,7 @@ def fault_description(
     return "false", []
 
 
-# logsage's answers that say the analyser itself failed (inject-loop.md §9.1): there is no
+# logsage's answers that say the analyser itself failed: there is no
 # attribution to judge, so the case is unscored rather than scored as a wrong answer.
 _ANALYSER_FAILURES: dict[str, str] = {
     "LLM FAILURE": "the log analyser's model failed",

@@ -1,6 +1,6 @@
 """The LLM judge: `POST {base_url}/chat/completions` on any OpenAI-compatible server.
 
-What upstream lacked (score.md §8), in order of a request's life:
+What upstream lacked, in order of a request's life:
 - a cache hit costs no call;
 - `response_format` json_schema, stepping down to json_object and then to plain text (with
   tolerant JSON extraction) when the server rejects it with a 400/422 that names the format —

@@ -1,6 +1,6 @@
 """Cases from disk: a whole inject-loop session, one experiment directory, or upstream-style flags.
 
-Per experiment directory (written by the campaign's analysis; inject-loop.md §5, §9):
+Per experiment directory (written by the campaign's analysis; docs/file-contracts.md):
   logs/slurm/<JOB>.<RESTART>.1.main_workload.log   the job log (first restart's, as upstream)
   analysis/run_valid.txt                          `true`/`false`; absent → the log's marker decides
   analysis/log_attribution.txt                    the log analyser's text (required to judge)

@@ -1,7 +1,8 @@
 """What a judge is asked and what it answers: ground truth, the 5 dimensions and the verdict.
 
-Reference: score.md §4. All dimension values are strings, as upstream prints them; `N/A` on every
-dimension marks an invalid run (the fault was never reached), which is judged without a call.
+Contract: docs/file-contracts.md, "The verdict". All dimension values are strings, as upstream
+prints them; `N/A` on every dimension marks an invalid run (the fault was never reached), which
+is judged without a call.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def _to_label(value: Any) -> Any:
 
 
 class Answer(BaseModel):
-    """The six keys a judge answers (score.md §4), validated against the allowed values."""
+    """The six keys a judge answers, validated against the allowed values."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -89,7 +90,7 @@ class Answer(BaseModel):
     @classmethod
     def _fr_label(cls, value: Any) -> Any:
         value = _to_label(value)
-        return "segment" if value == "rack" else value  # the legacy name (score.md §6)
+        return "segment" if value == "rack" else value  # upstream's legacy name
 
     def dimensions(self) -> dict[str, str]:
         return {d: getattr(self, d) for d in DIMENSIONS}

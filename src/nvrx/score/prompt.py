@@ -1,4 +1,4 @@
-"""The LLM judge's prompt (structure: score.md §3) and the reading of its answer.
+"""The LLM judge's prompt (upstream's structure) and the reading of its answer.
 
 Ground truth reaches the model only as the structured section below; the log excerpt, the
 attribution and the FR table are blinded before they get here (evidence.judge_excerpt).

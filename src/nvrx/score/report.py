@@ -115,7 +115,7 @@ def _md(text: str) -> str:
 
 
 def markdown(cases: Sequence[Case], verdicts: Sequence[Verdict]) -> str:
-    """The upstream report table (inject-loop.md §10), one row per case."""
+    """The upstream report table (docs/file-contracts.md, "The report"), one row per case."""
     lines = [
         "| " + " | ".join(REPORT_COLUMNS) + " |",
         "|" + "|".join("---" for _ in REPORT_COLUMNS) + "|",

@@ -1,5 +1,5 @@
 """The deterministic offline judge: the five dimensions computed from the restart table, the
-attribution text and the FR table, with no model and no network (reference: score.md §1, §6).
+attribution text and the FR table, with no model and no network (README, "Scoring attribution").
 
 Decision rules, written down because CI depends on them:
 - `restart_correct`: the attribution's decision (STOP before RESTART, by substring) equals the

@@ -4,7 +4,7 @@ Endpoint: `score.base_url` (flag `--base-url`, `JUDGE_BASE_URL`, `NVRX_SCORE_BAS
 else `inject.llm_base_url` (`NVRX_LLM_BASE_URL`, default NVIDIA's API). Unlike upstream, a flag
 beats `JUDGE_BASE_URL` (the same precedence as every other setting).
 
-API key, first found (score.md §7): `JUDGE_API_KEY`, `JUDGE_API_KEY_FILE`, `LLM_API_KEY`,
+API key, first found: `JUDGE_API_KEY`, `JUDGE_API_KEY_FILE`, `LLM_API_KEY`,
 `LLM_API_KEY_FILE` (or their NVRX_ names and config keys), `~/.llm_api_key`,
 `~/.config/nvrx/llm_api_key`. A loopback endpoint may have none.
 """

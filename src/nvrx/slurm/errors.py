@@ -1,7 +1,7 @@
 """Typed Slurm failures, and the classification of a failed command by its stderr.
 
 A failed command is never turned into an empty answer: callers get one of these exceptions and
-decide (slurm.md §8: unknown is a state).
+decide (unknown is a state, never a guess).
 """
 
 from __future__ import annotations

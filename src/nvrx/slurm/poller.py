@@ -6,7 +6,7 @@ final state and exit code). A job whose accounting record is terminal is final a
 again. Passes closer together than the minimum interval return the previous answer.
 
 Nothing is ever inferred from silence: a failed query or an empty accounting answer leaves the
-job UNKNOWN (slurm.md §3: the upstream "failed squeue means done" bug).
+job UNKNOWN (upstream read a failed squeue as "done").
 """
 
 from __future__ import annotations

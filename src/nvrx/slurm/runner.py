@@ -74,7 +74,7 @@ def slurm_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
         for k, v in (os.environ if base is None else base).items()
         if k not in _SCRUBBED and not k.startswith(_SCRUBBED_PREFIXES)
     }
-    # Timestamps as epoch seconds: unambiguous across time zones and DST (slurm.md §8.7).
+    # Timestamps as epoch seconds: unambiguous across time zones and DST.
     env["SLURM_TIME_FORMAT"] = "%s"
     return env
 

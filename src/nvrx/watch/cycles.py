@@ -1,4 +1,5 @@
-"""Reading NVRx cycle-info files into `CycleInfo` records (reference: watch.md §1, §4).
+"""Reading NVRx cycle-info files into `CycleInfo` records (the format: docs/file-contracts.md,
+"Cycle-info files").
 
 The watcher runs from cron on every login node, against directories that the training job keeps
 rewriting on a shared filesystem. So this module:
@@ -9,7 +10,8 @@ rewriting on a shared filesystem. So this module:
   missing or looping directory each become a `SkippedFile` with a short reason (the caller logs);
 * never follows symlinks to files and never reads more than `MAX_CYCLE_FILE_BYTES` of a file;
 * keeps an optional on-disk `CycleCache`, so a pass over 10,000 unchanged files costs one
-  `lstat` per file instead of a read and a JSON parse (an upstream gap, watch.md §9).
+  `lstat` per file instead of a read and a JSON parse (upstream re-read and re-parsed every
+  file on every pass).
 
 Nothing here writes into job directories: the only file ever written is the cache, which lives
 in the watcher's own state directory.
@@ -42,7 +44,7 @@ from nvrx.watch.model import CycleInfo, SkippedFile
 # into memory (a stray 50 GB file in the directory must not take the login node down).
 MAX_CYCLE_FILE_BYTES = 1 << 20
 
-# What a plain directory in `patterns` means (watch.md §1.1: the readers' glob).
+# What a plain directory in `patterns` means (the glob NVRx's own readers use).
 DEFAULT_NAME_GLOB = "cycle_info.*"
 
 # `cycle_info.<job_id>.<attempt_index>.<cycle_number>`; job id = digits, or `<array>_<task>`.

@@ -1,6 +1,6 @@
 """The `nvrx watch` detectors: pure functions of (Snapshot, WatchSettings) → findings.
 
-Catalogue and defaults: ../shared/reference/watch.md §5. Every detector is a function
+Catalogue and defaults: README, "Watching a chain" (Detectors). Every detector is a function
 `(snap, cfg) -> list[Finding]` without IO and without a clock (the time is `snap.observed_at`), so
 a pass can be replayed from a recorded snapshot. `DETECTORS` lists them in catalogue order (chain
 detectors, anomaly detectors, observer findings); `run_detectors` runs the ones not in
@@ -113,7 +113,7 @@ def _cancel_chain_hint(chain: ChainRef) -> str:
 
 def degraded(snap: Snapshot) -> bool:
     """The pass is blind (squeue or sacct failed, or the cycle-info files' location could not be
-    read): exit 1, no heartbeat (watch.md §5.3)."""
+    read): exit 1, no heartbeat (a blind watcher must not look healthy)."""
     platform = snap.platform
     return snap.cycles_blind is not None or (
         platform is not None and not (platform.queue_ok and platform.accounting_ok)
@@ -360,7 +360,7 @@ def restart_storm(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     cycle) started within `storm_window` before `observed_at` (`observed_at - start <=
     storm_window`; a start in the future counts as recent).
 
-    Improvement over upstream (watch.md §9, after K8s' crash-loop backoff reset): a long healthy
+    Improvement over upstream (after Kubernetes' crash-loop backoff reset): a long healthy
     run resets the counter. A cycle is healthy when it ran at least `healthy_cycle_seconds`
     (completed: end - start; the latest cycle while open: observed_at - start). Cycles that
     started before the end of the most recent healthy cycle do not count (a start exactly at that
@@ -455,7 +455,7 @@ def stalled_progress(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     `stall_cycles` completed cycles started at or after `since` = `checkpoint.first_seen`, else
     the checkpoint mtime (silent when neither is known).
 
-    Improvement (watch.md §9): when `checkpoint.save_interval_seconds` is known and the median
+    Improvement over upstream: when `checkpoint.save_interval_seconds` is known and the median
     duration of those cycles is shorter than it, the finding says the cycles can never advance
     the checkpoint.
     """
@@ -875,7 +875,7 @@ def counter_regressed(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
 # --- registry ----------------------------------------------------------------------------------
 
 DETECTORS: dict[str, Detector] = {
-    # watch.md §5.1 chain detectors
+    # chain detectors (they need the platform)
     "orphaned_generation": orphaned_generation,
     "chain_exhausted": chain_exhausted,
     "chain_not_cancelled": chain_not_cancelled,

@@ -1,7 +1,7 @@
 """What one watch pass sees (a Snapshot) and what it concludes (Findings): plain data.
 
 Detectors are pure functions of (Snapshot, WatchSettings) → findings; everything that reads
-files or asks Slurm builds a Snapshot first (reference: watch.md §4, upstream DESIGN: "detectors
+files or asks Slurm builds a Snapshot first (upstream nvrx-watch's DESIGN: "detectors
 are pure functions of (snapshot, config)", "a blind watcher must not look healthy").
 """
 

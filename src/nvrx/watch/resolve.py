@@ -1,4 +1,4 @@
-"""Which chain a watch follows, and where its files are (reference: watch.md §2).
+"""Which chain a watch follows, and where its files are (README, "Watching a chain": Resolution).
 
 From a job id: name, owner, batch script and working directory from `scontrol show job`
 (falling back to sacct once the controller forgot the job); then the chain manifest in the
@@ -236,7 +236,7 @@ def _from_slurm(job_id: str, slurm: Slurm) -> tuple[str, str, str | None, str | 
 
 def _from_job(script: str | None, work: str | None, name: str, user: str) -> Target | None:
     """An nvrx manifest in the job's working dir or next to its script, else the script's
-    last NVRx flags (reference §2)."""
+    last NVRx flags (watch/script.py)."""
     for where in (work, os.path.dirname(script) if script else None):
         if not where:
             continue
