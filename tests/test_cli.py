@@ -147,3 +147,22 @@ def test_help_prints_its_text_literally() -> None:
     assert proc.returncode == 0
     assert "[rankN]:" in " ".join(proc.stdout.split())  # not eaten as a rich style tag
     assert not any(ord(c) > 0x2FFF for c in proc.stdout)  # box drawing, never an emoji
+
+
+def test_nvrx_help_imports_no_subcommand_and_no_settings_model() -> None:
+    # `nvrx --help` must feel instant: it lists the subcommands without importing them.
+    probe = (
+        "import contextlib, io, sys\n"
+        "sys.argv = ['nvrx', '--help']\n"
+        "from nvrx.cli import main\n"
+        "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main()\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    loaded = set(proc.stdout.split())
+    heavy = {"nvrx.config", "nvrx.chain", "nvrx.watch", "nvrx.inject", "nvrx.score", "nvrx.slurm"}
+    assert not {
+        m for m in loaded if m.split(".")[0] == "nvrx" and ".".join(m.split(".")[:2]) in heavy
+    }
+    assert "pydantic" not in loaded and "yaml" not in loaded and "httpx" not in loaded

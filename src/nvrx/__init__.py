@@ -1,8 +1,18 @@
 """nvrx: resilient large-scale training on Slurm."""
 
-from importlib.metadata import PackageNotFoundError, version
+from __future__ import annotations
 
-try:
-    __version__ = version("nvrx")
-except PackageNotFoundError:  # running from a source tree without an install
-    __version__ = "0.0.0+unknown"
+
+def __getattr__(name: str) -> str:
+    # The version is looked up when asked for: importlib.metadata costs a tenth of a second at
+    # start-up, and `nvrx --help` must feel instant.
+    if name != "__version__":
+        raise AttributeError(f"module 'nvrx' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("nvrx")
+    except PackageNotFoundError:  # running from a source tree without an install
+        found = "0.0.0+unknown"
+    globals()["__version__"] = found
+    return found

@@ -7,7 +7,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -15,17 +15,12 @@ from rich.table import Table
 from rich.text import Text
 from typer.exceptions import TyperException
 
-from nvrx import __version__
-from nvrx.config import (
-    FIELDS,
-    ConfigError,
-    LoadedConfig,
-    env_names_for,
-    load_config,
-    parse_assignments,
-)
+import nvrx
 from nvrx.display import printable
 from nvrx.files import InputError, set_input_limit
+
+if TYPE_CHECKING:  # the settings (pydantic) are imported by the commands that load them
+    from nvrx.config import LoadedConfig
 
 # User text prints literally everywhere: no rich markup or emoji codes in help or messages (a
 # pool entry `SIGKILL:-1:5:2` must not read as a thumbs-down emoji).
@@ -100,6 +95,8 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 
 def load(config: Path | None, env_file: Path | None, sets: list[str] | None) -> LoadedConfig:
+    from nvrx.config import ConfigError, load_config, parse_assignments
+
     try:
         loaded = load_config(
             config_file=config, env_file=env_file, cli=parse_assignments(sets or [])
@@ -112,7 +109,7 @@ def load(config: Path | None, env_file: Path | None, sets: list[str] | None) -> 
 
 def _version(value: bool) -> None:
     if value:
-        stdout.print(f"nvrx {__version__}")
+        stdout.print(f"nvrx {nvrx.__version__}")
         raise typer.Exit()
 
 
@@ -149,7 +146,7 @@ def config_show(
     rows = loaded.rows()
     if as_json:
         doc = {
-            "nvrx_version": __version__,
+            "nvrx_version": nvrx.__version__,
             "config_file": str(loaded.config_file) if loaded.config_file else None,
             "env_file": str(loaded.env_file) if loaded.env_file else None,
             "settings": {
@@ -182,6 +179,8 @@ def config_env(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """List the environment variables each setting reads (canonical name, then upstream names)."""
+    from nvrx.config import FIELDS, env_names_for
+
     mapping = {key: env_names_for(key) for key in FIELDS}
     if as_json:
         sys.stdout.write(json.dumps(mapping, indent=2) + "\n")
