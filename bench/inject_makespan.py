@@ -15,11 +15,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from nvrx.campaign.session import Record, SessionState
 from nvrx.config import load_config
 from nvrx.inject.analysis import ExperimentAnalysis
 from nvrx.inject.plan import make_plan, start_session
 from nvrx.inject.run import Campaign
-from nvrx.inject.session import Record, SessionState
 from nvrx.slurm import Slurm
 
 WORKLOAD = """#!/bin/bash

@@ -204,8 +204,8 @@ def test_an_answer_that_is_not_logsages_is_an_analysis_error(doc: object) -> Non
 def test_logsage_without_the_package_or_with_a_bad_python_is_refused_before_any_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from nvrx.campaign.pool import PoolError
     from nvrx.inject.analysis import Analyzers
-    from nvrx.inject.pool import PoolError
 
     monkeypatch.delenv("NVRX_LOGSAGE_SCRIPT", raising=False)
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
@@ -220,8 +220,8 @@ def test_logsage_without_the_package_or_with_a_bad_python_is_refused_before_any_
 def test_logsage_at_a_remote_endpoint_needs_a_key_but_a_loopback_one_does_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from nvrx.campaign.pool import PoolError
     from nvrx.inject.analysis import Analyzers
-    from nvrx.inject.pool import PoolError
 
     monkeypatch.delenv("NVRX_LOGSAGE_SCRIPT", raising=False)
     monkeypatch.delenv("NVIDIA_API_KEY", raising=False)

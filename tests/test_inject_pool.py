@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nvrx.inject.pool import (
+from nvrx.campaign.pool import (
     DEFAULT_POOL,
     NAMED_POOLS,
     Experiment,
@@ -18,7 +18,7 @@ from nvrx.inject.pool import (
     pool_entries,
     split_pool,
 )
-from nvrx.inject.session import Journal, JournalError, replay
+from nvrx.campaign.session import Journal, JournalError, replay
 from nvrx.inject.workloads import find_workload, load_registry
 
 
@@ -234,8 +234,8 @@ def test_an_open_intent_is_called_never_submitted_only_once_it_had_time_to_show(
 ) -> None:
     from datetime import timedelta
 
+    from nvrx.campaign.session import Session, utcnow
     from nvrx.inject.run import Campaign
-    from nvrx.inject.session import Session, utcnow
     from tests.test_slurm_replay import Replay, slurm_for
 
     session = Session.create(tmp_path)
@@ -260,8 +260,8 @@ def test_an_open_intent_is_called_never_submitted_only_once_it_had_time_to_show(
 def test_a_campaign_whose_journal_has_no_spec_ends_with_an_error_not_a_traceback(
     tmp_path: Path,
 ) -> None:
+    from nvrx.campaign.session import Session
     from nvrx.inject.run import Campaign
-    from nvrx.inject.session import Session
     from tests.test_slurm_replay import Replay, slurm_for
 
     session = Session.create(tmp_path)

@@ -12,7 +12,8 @@ import xml.etree.ElementTree as ET
 from datetime import datetime
 from pathlib import Path
 
-from nvrx.inject.pool import Experiment, FaultType
+from nvrx.campaign.pool import Experiment, FaultType
+from nvrx.campaign.session import Session
 from nvrx.inject.report import (
     diff,
     failing_entries,
@@ -23,7 +24,6 @@ from nvrx.inject.report import (
     write_reports,
 )
 from nvrx.inject.run import CampaignSpec, record_session
-from nvrx.inject.session import Session
 from nvrx.score.model import DIMENSIONS
 
 from .conftest import CPU_FAULT_DEMO, SCORE_DEMO

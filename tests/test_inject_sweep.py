@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nvrx.inject.pool import at_iterations
+from nvrx.campaign.pool import at_iterations
 from nvrx.inject.sweep import WIDER, next_iteration
 
 from .conftest import CPU_FAULT_DEMO

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from nvrx.inject.pool import Experiment, FaultType
+from nvrx.campaign.pool import Experiment, FaultType
+from nvrx.campaign.session import Session
 from nvrx.inject.run import CampaignSpec, record_session
-from nvrx.inject.session import Session
 
 from .fake_openai import GOOD_ANSWER, FakeOpenAI, Reply
 

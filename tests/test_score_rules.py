@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from nvrx.inject.pool import FaultType
+from nvrx.campaign.pool import FaultType
 from nvrx.score.evidence import (
     RESTART_TABLE,
     Attribution,

@@ -536,6 +536,8 @@ def inject_loop_cmd(
 
     Every submission and every ending is journalled, so an interrupted campaign resumes.
     """
+    from nvrx.campaign.pool import PoolError
+    from nvrx.campaign.session import Session, SessionState
     from nvrx.inject.analysis import Analyst, Analyzers, Judge
     from nvrx.inject.output import (
         LineReporter,
@@ -551,11 +553,9 @@ def inject_loop_cmd(
         rerun_plan,
         start_session,
     )
-    from nvrx.inject.pool import PoolError
     from nvrx.inject.report import failing_entries
     from nvrx.inject.report import rows as report_rows
     from nvrx.inject.run import Campaign
-    from nvrx.inject.session import Session, SessionState
     from nvrx.score.model import ScoreError
     from nvrx.score.run import campaign_judge
     from nvrx.slurm import Slurm, SlurmError, SlurmValueError
@@ -785,8 +785,8 @@ def report_cmd(
     force: ForceOpt = False,
 ) -> None:
     """Print a campaign's report (rebuilt from its journal), or what changed between two."""
+    from nvrx.campaign.pool import PoolError
     from nvrx.inject import report
-    from nvrx.inject.pool import PoolError
     from nvrx.score.report import percent, summarise
 
     def open_rows(path: str) -> list[report.Row]:
@@ -858,7 +858,7 @@ def report_cmd(
 
 def _open_session(directory: Path, force: bool) -> tuple[Any, Any]:
     """A session and its state, saying on stderr what a forced read skipped."""
-    from nvrx.inject.session import Session
+    from nvrx.campaign.session import Session
 
     session = Session.open(directory)
     state = session.state(force=force)
@@ -872,7 +872,7 @@ def _next_iteration(
 ) -> int:
     """`--next SESSION`: the next iteration's pool on stdout (for `--pool "$(...)"`), why on
     stderr."""
-    from nvrx.inject.pool import PoolError
+    from nvrx.campaign.pool import PoolError
     from nvrx.inject.sweep import next_iteration
 
     dimensions = load(config, env_file, sets).config.inject.stop_dimensions
@@ -935,7 +935,7 @@ def _finish_report(
 ) -> tuple[list[Any], tuple[bool, str]]:
     """Rebuild the session's report from its journal, say where it is; its rows and stop
     condition."""
-    from nvrx.inject.pool import PoolError
+    from nvrx.campaign.pool import PoolError
     from nvrx.inject.report import write_reports
 
     try:
@@ -1027,8 +1027,8 @@ def score_cmd(
 
     Offline with the deterministic rules judge, or with an LLM over an OpenAI-compatible API.
     """
+    from nvrx.campaign.pool import PoolError
     from nvrx.files import refuse_overwriting
-    from nvrx.inject.pool import PoolError
     from nvrx.score import report
     from nvrx.score.load import Shape, cases_from_path, flags_case, input_paths, parse_bool
     from nvrx.score.model import ScoreError

@@ -29,10 +29,10 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from nvrx.inject.logattr import LogAttribution
 
+from nvrx.campaign.pool import PoolError
+from nvrx.campaign.session import Record, Session
 from nvrx.config import NvrxConfig, known_secrets, redact_text, redact_urls, secret_env_values
 from nvrx.files import InputError, decode_text, read_bounded, read_text, write_atomic
-from nvrx.inject.pool import PoolError
-from nvrx.inject.session import Record, Session
 from nvrx.score.evidence import Attribution, blind, fr_ranks, run_validity
 from nvrx.score.load import (
     ANALYSIS_DIR,

@@ -13,9 +13,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from nvrx.campaign.pool import Experiment
+from nvrx.campaign.session import Record, SessionState
 from nvrx.inject.analysis import ExperimentAnalysis
-from nvrx.inject.pool import Experiment
-from nvrx.inject.session import Record, SessionState
 from nvrx.score.model import DIMENSIONS, PASS_VALUE
 
 _STATE_STYLE = {"COMPLETED": "green", "FAILED": "red", "CANCELLED": "yellow", "TIMEOUT": "yellow"}

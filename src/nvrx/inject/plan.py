@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nvrx.campaign.pool import Pool, PoolError, at_iterations, build_pool, pool_entries
+from nvrx.campaign.session import Record, Session, SessionState
 from nvrx.config import LoadedConfig
-from nvrx.inject.pool import Pool, PoolError, at_iterations, build_pool, pool_entries
 from nvrx.inject.run import SITE_VARIABLES, CampaignSpec, experiment_options, record_session
-from nvrx.inject.session import Record, Session, SessionState
 from nvrx.inject.workloads import Workload, find_workload, load_registry
 from nvrx.slurm import Slurm
 

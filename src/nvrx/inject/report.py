@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from nvrx.campaign.pool import PoolError
+from nvrx.campaign.session import Record, Session, SessionState
 from nvrx.config import STOP_DIMENSIONS
-from nvrx.inject.pool import PoolError
-from nvrx.inject.session import Record, Session, SessionState
 from nvrx.score import report as score_report
 from nvrx.score.model import DIMENSIONS, PASS_VALUE, Case, GroundTruth, Verdict
 

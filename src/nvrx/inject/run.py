@@ -20,10 +20,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from nvrx.campaign.pool import Experiment, PoolError
+from nvrx.campaign.session import Record, Session, SessionState, utcnow
 from nvrx.config import redact_argv
 from nvrx.inject.analysis import Analyst, ExperimentAnalysis
-from nvrx.inject.pool import Experiment, PoolError
-from nvrx.inject.session import Record, Session, SessionState, utcnow
 from nvrx.slurm import ErrorKind, Slurm, SlurmError, SlurmValueError, SubmitOptions
 from nvrx.slurm.poller import JobStatus, StatePoller
 

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nvrx.campaign.pool import at_iterations
 from nvrx.config import STOP_DIMENSIONS
-from nvrx.inject.pool import at_iterations
 from nvrx.inject.report import failing_entries, older_sessions, rows_and_stop
 
 SWEEP_ITERATIONS = (2, 10)

@@ -18,9 +18,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nvrx.campaign.pool import PoolError
 from nvrx.config import ConfigError, SlurmTime, parse_yaml
 from nvrx.files import InputError, read_bounded
-from nvrx.inject.pool import PoolError
 
 
 class Workload(BaseModel):

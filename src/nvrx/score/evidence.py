@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from nvrx.inject.pool import FaultType
+from nvrx.campaign.pool import FaultType
 from nvrx.limits import small_int
 from nvrx.score.model import GroundTruth
 

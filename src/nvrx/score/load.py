@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 
 from nvrx import files
-from nvrx.inject.session import JOURNAL_NAME, TSV_HEADER, TSV_NAME, Record, Session
+from nvrx.campaign.session import JOURNAL_NAME, TSV_HEADER, TSV_NAME, Record, Session
 from nvrx.score.evidence import (
     analyser_failure,
     blind,

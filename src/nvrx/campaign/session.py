@@ -22,8 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from nvrx.campaign.pool import Experiment, FaultType, PoolError
 from nvrx.files import InputError, read_bounded
-from nvrx.inject.pool import Experiment, FaultType, PoolError
 
 TSV_NAME = "experiments.tsv"
 JOURNAL_NAME = "journal.jsonl"
