@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nvrx.files import InputError, read_line_blocks, write_atomic
+from nvrx.files import InputError, read_key_file, read_line_blocks, write_atomic
 
 
 def mode(path: Path) -> int:
@@ -65,3 +65,15 @@ def test_line_blocks_of_a_long_line_split_across_reads_keep_the_line_count(tmp_p
 def test_line_blocks_of_a_missing_file_name_it(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"log .*nope\.log: no such file"):
         list(read_line_blocks(tmp_path / "nope.log", "log", max_line=64))
+
+
+def test_a_key_file_gives_its_stripped_text_and_mode_or_names_itself(tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    key.write_text("  sk-secret-0000\n")
+    key.chmod(0o600)
+    text, mode = read_key_file(key, "API key file")
+    assert text == "sk-secret-0000" and stat.S_IMODE(mode) == 0o600
+    for content, says in ((b" \n", "is empty"), (b"\xff\xfe", "not UTF-8 text")):
+        key.write_bytes(content)
+        with pytest.raises(InputError, match=f"API key file .*key: {says}"):
+            read_key_file(key, "API key file")

@@ -43,7 +43,13 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from nvrx.display import printable
-from nvrx.files import CONFIG_FILE_LIMIT, DEFAULT_INPUT_LIMIT, InputError, read_bounded
+from nvrx.files import (
+    CONFIG_FILE_LIMIT,
+    DEFAULT_INPUT_LIMIT,
+    InputError,
+    read_bounded,
+    read_key_file,
+)
 from nvrx.slurm.errors import SlurmValueError
 from nvrx.slurm.options import check_name, check_time_limit
 
@@ -581,8 +587,8 @@ def known_secrets(config: NvrxConfig, environ: Mapping[str, str]) -> list[str]:
         if is_secret(info) and value is not None:
             out.append(value.get_secret_value())
         elif name.endswith("key_file") and value is not None:  # API and routing key files
-            with contextlib.suppress(InputError, UnicodeDecodeError):
-                out.append(read_bounded(value, "key file", limit=64 << 10)[0].decode().strip())
+            with contextlib.suppress(InputError):
+                out.append(read_key_file(value, "key file")[0])
         elif isinstance(value, str) and "://" in value:
             password = urlsplit(value).password
             if password:

@@ -177,6 +177,23 @@ def _too_large(what: str, path: Path | str, cap: int, setting: str | None) -> In
     return InputTooLarge(what, path, f"larger than {cap} bytes (the cap; {how})")
 
 
+KEY_FILE_LIMIT = 64 << 10
+
+
+def read_key_file(path: Path | str, what: str) -> tuple[str, int]:
+    """A secret kept in a file (an API or routing key): its text, stripped, and the file's mode
+    (callers warn when others can read it). InputError, naming the file and never its contents,
+    when it cannot be read, is not UTF-8 or is empty."""
+    data, st = read_bounded(path, what, limit=KEY_FILE_LIMIT, setting=None)
+    try:
+        text = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise InputError(what, path, "not UTF-8 text") from None
+    if not text:
+        raise InputError(what, path, "is empty")
+    return text, st.st_mode
+
+
 def read_text(path: Path | str, what: str, *, limit: int | None = None) -> str:
     """A text input: UTF-8, else latin-1 (which never fails: logs carry binary junk from crashing
     ranks)."""

@@ -32,7 +32,14 @@ if TYPE_CHECKING:
 from nvrx.campaign.pool import PoolError
 from nvrx.campaign.session import Record, Session
 from nvrx.config import NvrxConfig, known_secrets, redact_text, redact_urls, secret_env_values
-from nvrx.files import InputError, decode_text, read_bounded, read_text, write_atomic
+from nvrx.files import (
+    InputError,
+    decode_text,
+    read_bounded,
+    read_key_file,
+    read_text,
+    write_atomic,
+)
 from nvrx.score.evidence import Attribution, blind, fr_ranks, run_validity
 from nvrx.score.load import (
     ANALYSIS_DIR,
@@ -294,12 +301,9 @@ def _logsage_key(config: NvrxConfig, base_url: str) -> str:
         return inj.llm_api_key.get_secret_value()
     if inj.llm_api_key_file is not None:
         try:
-            key = read_text(Path(inj.llm_api_key_file), "API key file", limit=64 << 10).strip()
+            return read_key_file(inj.llm_api_key_file, "API key file")[0]
         except InputError as exc:
             raise PoolError(str(exc)) from None
-        if key:
-            return key
-        raise PoolError(f"API key file {inj.llm_api_key_file} is empty")
     if key := os.environ.get("NVIDIA_API_KEY", ""):
         return key
     if is_loopback(base_url):

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr
 
 from nvrx.config import NvrxConfig, known_secrets, redact_urls
-from nvrx.files import InputError, read_bounded
+from nvrx.files import InputError, read_key_file
 from nvrx.retry import RetryPolicy
 from nvrx.score.cache import VerdictCache
 from nvrx.score.llm import Endpoint, LlmJudge
@@ -91,19 +91,13 @@ def _checked(key: SecretStr, where: str) -> SecretStr:
 
 def _key_file(path: Path, warn: Warn) -> SecretStr:
     try:
-        data, st = read_bounded(path, "API key file", limit=64 << 10, setting=None)
-        mode = st.st_mode
-        text = data.decode("utf-8").strip()
+        text, mode = read_key_file(path, "API key file")
     except InputError as exc:
         raise ScoreError(str(exc)) from None
-    except UnicodeDecodeError:
-        raise ScoreError(f"API key file {path} is not UTF-8 text") from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         warn(
             f"API key file {path} is readable by others (mode {stat.filemode(mode)}); chmod 600 it"
         )
-    if not text:
-        raise ScoreError(f"API key file {path} is empty")
     return _checked(SecretStr(text), f"file {path}")
 
 

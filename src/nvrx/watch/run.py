@@ -20,7 +20,7 @@ import httpx
 from nvrx.chain.manifest import manifest_path, read_manifest
 from nvrx.chain.shape import ChainError
 from nvrx.config import WatchSettings
-from nvrx.files import InputError, decode_text, read_bounded
+from nvrx.files import InputError, read_key_file
 from nvrx.slurm import JobState, Slurm, SlurmError
 from nvrx.watch.cycles import CycleCache
 from nvrx.watch.detectors import DETECTORS, run_detectors
@@ -257,17 +257,10 @@ class Watcher:
         if s.pd_routing_key_file is None:
             return None
         try:
-            data, _ = read_bounded(s.pd_routing_key_file, "PagerDuty key file", limit=64 << 10)
+            return read_key_file(s.pd_routing_key_file, "PagerDuty key file")[0]
         except InputError as exc:
             self._sink_failed(result, logger, f"pagerduty: {exc}")
             return None
-        key = decode_text(data).strip()
-        if not key:
-            self._sink_failed(
-                result, logger, f"pagerduty: key file {s.pd_routing_key_file} is empty"
-            )
-            return None
-        return key
 
     def _webhook(
         self, result: PassResult, state: WatchState, now: datetime, logger: logging.Logger
