@@ -9,7 +9,7 @@ import pytest
 
 from nvrx.chain.script import render_script
 from nvrx.chain.shape import ArrayShape
-from nvrx.config import WatchSettings, load_config
+from nvrx.config import SlurmSettings, WatchSettings, load_config
 from nvrx.watch.resolve import Overrides, WatchError, resolve
 from nvrx.watch.script import flags_from_script
 from nvrx.watch.state import WatchState, load_state, save_state
@@ -133,7 +133,7 @@ def test_a_bad_job_id_is_a_one_line_error() -> None:
     from nvrx.slurm import Slurm
 
     with pytest.raises(WatchError, match="invalid job id 'abc'"):
-        resolve(Overrides(job_id="abc"), Slurm(), WatchSettings())
+        resolve(Overrides(job_id="abc"), Slurm(SlurmSettings()), WatchSettings())
 
 
 def test_one_pass_asks_slurm_once_per_question_and_keeps_to_its_chain(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 from nvrx.retry import RetryPolicy
 from nvrx.slurm.errors import (
@@ -53,8 +53,26 @@ from nvrx.slurm.runner import (
 )
 from nvrx.slurm.states import ExitStatus, JobState
 
-if TYPE_CHECKING:
-    from nvrx.config import SlurmSettings
+
+class AdapterSettings(Protocol):
+    """What the adapter reads of its settings: the `slurm` section of the configuration
+    (`nvrx.config.SlurmSettings`) is one; the adapter imports nothing above it."""
+
+    @property
+    def command_timeout(self) -> float: ...
+    @property
+    def retry_deadline(self) -> float: ...
+    @property
+    def retry_initial_backoff(self) -> float: ...
+    @property
+    def retry_max_backoff(self) -> float: ...
+    @property
+    def poll_interval(self) -> float: ...
+    @property
+    def accounting_window(self) -> float: ...
+    @property
+    def bin_dir(self) -> Path | None: ...
+
 
 T = TypeVar("T")
 
@@ -134,15 +152,11 @@ class Slurm:
 
     def __init__(
         self,
-        settings: SlurmSettings | None = None,
+        settings: AdapterSettings,
         *,
         runner: Runner = run_process,
         executor: CommandExecutor | None = None,
     ) -> None:
-        if settings is None:
-            from nvrx.config import SlurmSettings
-
-            settings = SlurmSettings()
         self.settings = settings
         self.executor = executor or CommandExecutor(
             timeout=settings.command_timeout,
