@@ -19,3 +19,10 @@ def small_int(digits: str) -> int | None:
 # No job has more ranks (or srun tasks): a larger rank or task id read from a log is garbage,
 # not a job, and every per-rank table an analyser keeps is bounded by it.
 MAX_RANKS = 1 << 17
+
+
+def as_rank(digits: str) -> int | None:
+    """`digits` as a rank or task id, or None when it is not one (more than MAX_DIGITS digits,
+    or MAX_RANKS or more)."""
+    rank = small_int(digits)
+    return rank if rank is not None and rank < MAX_RANKS else None

@@ -103,7 +103,7 @@ from typing import Any, Literal
 
 from nvrx.inject import logscan
 from nvrx.inject.logscan import Failure, Scan, feed_blocks, gate_words, text_blocks
-from nvrx.limits import MAX_RANKS, small_int
+from nvrx.limits import MAX_RANKS, as_rank, small_int
 from nvrx.score.evidence import MARKER_WORDS, RESTART, STOP, blind_line, rank_mentions
 
 NO_LOGS = "NO LOGS"
@@ -389,15 +389,13 @@ def _task_list(spec: str, facts: _Facts) -> list[int]:
 
 def _int_list(spec: str) -> list[int]:
     """The ranks of a list in a log line (no job has MAX_RANKS or more)."""
-    return [n for n in map(small_int, re.findall(r"\d+", spec)) if n is not None and n < MAX_RANKS]
+    return [n for n in map(as_rank, re.findall(r"\d+", spec)) if n is not None]
 
 
 def _line(no: int, raw: str) -> _Line:
     m = _LABEL.match(raw)
-    rank, body = (small_int(m.group(1)), m.group(2)) if m else (None, raw)
+    rank, body = (as_rank(m.group(1)), m.group(2)) if m else (None, raw)
     system = _SYSTEM.match(body) is not None
-    if rank is not None and rank >= MAX_RANKS:
-        rank = None
     return _Line(no, None if system else rank, body, system)
 
 

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from nvrx.limits import MAX_RANKS, small_int
+from nvrx.limits import as_rank
 
 # A failure is said in its first characters; a 100 MB line must not cost 100 MB of matching.
 MAX_LINE = 4096
@@ -146,15 +146,10 @@ def line_rank(line: str) -> int | None:
     head = line[:200]
     for pattern in (_SRUN_LABEL, _RANK_PREFIX):
         if (m := pattern.search(head)) is not None:
-            return _rank(m.group(1))
+            return as_rank(m.group(1))
     if (m := _RANK_IN_TEXT.search(line[:MAX_LINE])) is not None:
-        return _rank(next(g for g in m.groups() if g is not None))
+        return as_rank(next(g for g in m.groups() if g is not None))
     return None
-
-
-def _rank(digits: str) -> int | None:
-    rank = small_int(digits)
-    return rank if rank is not None and rank < MAX_RANKS else None
 
 
 def _failure(no: int, line: str) -> Failure | None:
@@ -186,7 +181,7 @@ class Scan:
 
     def feed(self, no: int, line: str) -> None:
         if (m := _CONTEXT_RANK.search(line[:MAX_LINE])) is not None:
-            self.context = _rank(m.group(1) or m.group(2))
+            self.context = as_rank(m.group(1) or m.group(2))
         f = _failure(no, line)
         if f is None:
             return
