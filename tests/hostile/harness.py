@@ -27,6 +27,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 import pytest
 
@@ -158,21 +159,33 @@ def _cli_main() -> int:
     return 0
 
 
+class ChildOptions(TypedDict, total=False):
+    """What a child runs with, besides its body: `env` added to `base_env`, its home (default:
+    its cwd), its stdin, and its budgets (default: DEFAULT_MEMORY_MB, DEFAULT_CPU_SECONDS,
+    DEFAULT_WALL_SECONDS)."""
+
+    env: Mapping[str, str] | None
+    home: Path | None
+    stdin: bytes | None
+    memory_mb: int
+    cpu_seconds: int
+    wall: float
+
+
 def run_in_child(
     body: Callable[[], int],
     *,
     label: Sequence[str],
     cwd: Path,
-    env: Mapping[str, str] | None = None,
-    home: Path | None = None,
-    stdin: bytes | None = None,
-    memory_mb: int = DEFAULT_MEMORY_MB,
-    cpu_seconds: int = DEFAULT_CPU_SECONDS,
-    wall: float = DEFAULT_WALL_SECONDS,
     argv: Sequence[str] = (),
+    **options: Unpack[ChildOptions],
 ) -> Result:
     """`body()` in a forked child under the budgets; its return value is the exit code."""
-    full_env = base_env(home or cwd, env)
+    stdin = options.get("stdin")
+    memory_mb = options.get("memory_mb", DEFAULT_MEMORY_MB)
+    cpu_seconds = options.get("cpu_seconds", DEFAULT_CPU_SECONDS)
+    wall = options.get("wall", DEFAULT_WALL_SECONDS)
+    full_env = base_env(options.get("home") or cwd, options.get("env"))
     _flush_std()
     with (
         tempfile.TemporaryFile() as out,
@@ -228,30 +241,10 @@ def run_in_child(
     return result
 
 
-def run_nvrx(
-    *args: str,
-    cwd: Path,
-    env: Mapping[str, str] | None = None,
-    home: Path | None = None,
-    stdin: bytes | None = None,
-    memory_mb: int = DEFAULT_MEMORY_MB,
-    cpu_seconds: int = DEFAULT_CPU_SECONDS,
-    wall: float = DEFAULT_WALL_SECONDS,
-) -> Result:
+def run_nvrx(*args: str, cwd: Path, **options: Unpack[ChildOptions]) -> Result:
     """`nvrx ARGS` in a forked child (see the module). `env` is added to `base_env`: the
     child's environment holds nothing else."""
-    return run_in_child(
-        _cli_main,
-        label=("nvrx", *args),
-        argv=args,
-        cwd=cwd,
-        env=env,
-        home=home,
-        stdin=stdin,
-        memory_mb=memory_mb,
-        cpu_seconds=cpu_seconds,
-        wall=wall,
-    )
+    return run_in_child(_cli_main, label=("nvrx", *args), argv=args, cwd=cwd, **options)
 
 
 def call_in_child(
