@@ -1,4 +1,10 @@
-"""The `nvrx` command line: typer wiring only; the work happens in the subcommand packages."""
+"""The `nvrx` command line: typer wiring; the work happens in the subcommand packages.
+
+One module for now, and too large: it still holds logic (inject-loop's mode selection, the watch
+loop, the report tables) that belongs in the packages, and is to be split into one module per
+subcommand (DESIGN.md, "Modules"). Subcommand packages are imported only inside the commands, so
+`nvrx --help` loads none of them.
+"""
 
 from __future__ import annotations
 

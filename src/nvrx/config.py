@@ -13,6 +13,10 @@ Layers, lowest first; each later layer overrides single keys of the earlier ones
 Every effective value remembers the layer it came from (`LoadedConfig.origins`), which is what
 `nvrx config show` prints. Errors are one line: an unknown key names the key and the file, a bad
 value names key, value and source.
+
+One module because the sections, the layer loader and the upstream names share one table of
+fields; the shell-words expander and the redaction are to move to modules of their own
+(DESIGN.md, "Modules").
 """
 
 from __future__ import annotations

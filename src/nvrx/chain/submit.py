@@ -6,6 +6,9 @@ creates a duplicate (it looks a lost answer up by its token before retrying); a 
 failure stops the loop with the manifest still true and says how to finish with `--extend`.
 `--extend` and `--cancel` first reconcile the manifest with the queue (a generation whose sbatch
 answer was lost is adopted by its chain comment), and every command holds the work dir's lock.
+
+One module: new, extend and cancel are one transaction on one manifest under one lock, and share
+its reconciliation with the queue.
 """
 
 from __future__ import annotations

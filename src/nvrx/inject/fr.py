@@ -34,6 +34,9 @@ its own local group index when its entries reveal it (upstream uses one particip
 all members); when nothing is missing the table is just the header (upstream prints a table of
 completed groups instead); rows are sorted by group name (upstream: set order); an unreadable
 dump is an error naming the file (upstream skips it).
+
+One module: one algorithm, whose steps pass their intermediate records to each other, and the
+restricted reader of the dumps it needs.
 """
 
 from __future__ import annotations

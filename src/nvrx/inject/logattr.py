@@ -90,6 +90,9 @@ Cost: `attribute_blocks` reads a log as it streams, one pass, the rules' facts a
 fed together; only lines that hold a keyword of either (`KEYWORDS`) are looked at, and every line
 of a rank while its traceback is open. What is kept is per rank (at most `MAX_RANKS`), never per
 line, so a log of any length is read in flat memory.
+
+One module: the table of rules above, the facts they read and the streaming reader that gathers
+those facts belong together (logscan, the any-format first-failure scan, is its own module).
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ rewriting on a shared filesystem. So this module:
 
 Nothing here writes into job directories: the only file ever written is the cache, which lives
 in the watcher's own state directory.
+
+One module because the parser, the cache and the directory reader share the skip reasons and
+the record fields the cache stores; they are to become three (DESIGN.md, "Modules").
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ Rules that hold throughout:
   files alone and the chain detectors are silent.
 * Time comparisons use seconds as floats; "within W before now" means `now - t <= W` (a time
   slightly in the future, i.e. clock skew between the login node and the writer, counts as recent).
+
+One module for the catalogue's three families (chain, anomaly and observer detectors), which
+share the queue gates and the finding helpers; it is to be split by family (DESIGN.md).
 """
 
 from __future__ import annotations
