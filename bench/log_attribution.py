@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.real_logs import load_corpus  # noqa: E402
 
-from nvrx.inject.logattr import attribute_log  # noqa: E402
+from nvrx.analyze.logattr import attribute_log  # noqa: E402
 
 _CHILD = """
 import json, resource, sys, time
@@ -30,7 +30,7 @@ from pathlib import Path
 mode, path = sys.argv[1], sys.argv[2]
 start = time.perf_counter()
 if mode == "analyse":
-    from nvrx.inject.analysis import attribute_file
+    from nvrx.analyze.command import attribute_file
     decision = attribute_file(Path(path)).decision
 else:
     from nvrx.files import read_line_blocks

@@ -14,7 +14,7 @@ from nvrx.chain.shape import ChainError, check_work_dir
 
 REPO = Path(__file__).resolve().parents[1]
 # A real session of the CPU fault workload on the local cluster, with its dumps and built-in
-# analysis: the README's scoring demo.
+# analysis: docs/score.md's scoring demo.
 SCORE_DEMO = REPO / "examples" / "score_demo" / "20261129_124154"
 CPU_FAULT_DEMO = REPO / "examples" / "workloads" / "cpu_fault_demo"
 

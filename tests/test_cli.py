@@ -91,10 +91,10 @@ def test_config_env_lists_canonical_and_upstream_names() -> None:
     assert mapping["chain.train_tasks"] == ["NVRX_CHAIN_TRAIN_TASKS", "NVRX_TRAIN_TASKS"]
 
 
-def test_readme_mapping_table_is_exactly_the_code_table() -> None:
+def test_the_documented_mapping_table_is_exactly_the_code_table() -> None:
     from nvrx.config import ENV_ALIASES
 
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
     rows = [ln for ln in readme.splitlines() if ln.startswith("| `") and ln.endswith("` |")]
     documented = [tuple(cell.strip(" `") for cell in ln.strip("|").split("|")) for ln in rows]
     assert documented == list(ENV_ALIASES)
@@ -166,3 +166,40 @@ def test_nvrx_help_imports_no_subcommand_and_no_settings_model() -> None:
         m for m in loaded if m.split(".")[0] == "nvrx" and ".".join(m.split(".")[:2]) in heavy
     }
     assert "pydantic" not in loaded and "yaml" not in loaded and "httpx" not in loaded
+
+
+def _complete(words: str, tmp_path: Path) -> list[str]:
+    """What bash completion offers for `words` (the last word being completed)."""
+    env = {**os.environ, "_NVRX_COMPLETE": "complete_bash", "COMP_WORDS": words,
+           "COMP_CWORD": str(len(words.split(" ")) - 1), "HOME": str(tmp_path)}  # fmt: skip
+    for name in [n for n in env if n.startswith("NVRX_") and n != "NVRX_REQUIRE_SLURM"]:
+        del env[name]
+    # The installed entry point: completion is keyed on the program's name (`_NVRX_COMPLETE`).
+    script = Path(sys.executable).parent / "nvrx"
+    proc = subprocess.run([script], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()
+
+
+def test_completion_offers_subcommands_options_pools_and_workloads(tmp_path: Path) -> None:
+    assert _complete("nvrx wa", tmp_path) == ["watch"]
+    assert "--batch-size" in _complete("nvrx inject-loop --ba", tmp_path)
+    assert _complete("nvrx inject-loop --pool ", tmp_path) == ["default", "n3_super", "quick"]
+    assert "cpu_fault_demo" in _complete("nvrx inject-loop --workload ", tmp_path)
+    assert _complete("nvrx inject-loop --workload cpu", tmp_path) == ["cpu_fault_demo"]
+
+
+def test_a_subcommand_builds_its_own_options_only() -> None:
+    # `nvrx watch` pays for watch's command line, not for inject-loop's or score's.
+    probe = (
+        "import contextlib, io, sys\n"
+        "sys.argv = ['nvrx', 'watch', '--help']\n"
+        "from nvrx.cli import main\n"
+        "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main()\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    loaded = set(proc.stdout.split())
+    assert "nvrx.cli.watch" in loaded
+    assert not {"nvrx.cli.inject", "nvrx.cli.score", "nvrx.cli.chain"} & loaded

@@ -10,8 +10,8 @@ from nvrx.config import (
     ConfigError,
     load_config,
     parse_assignments,
-    parse_env_file,
 )
+from nvrx.config.shellwords import parse_env_file
 
 
 def load(tmp_path: Path, environ: dict[str, str] | None = None, **kwargs: object):  # type: ignore[no-untyped-def]

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from nvrx.inject import fr
+from nvrx.analyze import fr
 
 from .conftest import REPO
 from .conftest import SCORE_DEMO as CPU_SESSION
@@ -27,7 +27,7 @@ TRACES = Path(os.environ.get("NVRX_FR_TRACES") or REPO.parent / "shared" / "data
 if os.environ.get("NVRX_FR_TRACES") and not TRACES.is_dir():
     raise pytest.UsageError(f"NVRX_FR_TRACES={TRACES} is not a directory")
 needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason=f"no FR trace sets at {TRACES}")
-# A real session of the CPU fault workload on the local cluster (the README's scoring demo).
+# A real session of the CPU fault workload on the local cluster (docs/score.md's scoring demo).
 CPU_SETS = sorted(p.parent.name for p in CPU_SESSION.glob("*/checkpoints"))
 
 

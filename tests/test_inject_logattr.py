@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from nvrx.analyze.logattr import ERRORS_NOT_FOUND, NO_LOGS, LogAttribution, attribute_log
 from nvrx.campaign.pool import FaultType
-from nvrx.inject.logattr import ERRORS_NOT_FOUND, NO_LOGS, LogAttribution, attribute_log
 from nvrx.score.evidence import (
     RESTART,
     RESTART_TABLE,

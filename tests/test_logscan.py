@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nvrx.inject.logattr import KEYWORDS, attribute_blocks, attribute_log
-from nvrx.inject.logscan import MAX_LINE, PATTERNS, gate_words, text_blocks
+from nvrx.analyze.logattr import KEYWORDS, attribute_blocks, attribute_log
+from nvrx.analyze.logscan import MAX_LINE, PATTERNS, gate_words, text_blocks
 
 from .real_logs import load_corpus
 

@@ -7,7 +7,7 @@ from typing import get_args
 
 import pytest
 
-from nvrx.inject.logattr import CATEGORIES, FaultClass, attribute_log
+from nvrx.analyze.logattr import CATEGORIES, FaultClass, attribute_log
 
 from .real_logs import CORPUS, FORMATS, LabelledLog, load_corpus
 

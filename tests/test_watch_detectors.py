@@ -1,4 +1,4 @@
-"""The `nvrx watch` detectors, one rule at a time (README, "Watching a chain").
+"""The `nvrx watch` detectors, one rule at a time (docs/watch.md).
 
 Every detector is checked exactly at its boundary (fires) and one step below it (silent), plus its
 gates. Times are seconds before NOW, the snapshot's observed_at.

@@ -1,7 +1,7 @@
 """Numbers read from text that nvrx did not write (logs, analyser output, dumps): no rank,
 task, iteration or node count has more than `MAX_DIGITS` digits, and Python refuses to turn a
 string of more than 4,300 digits into a number at all. A longer run of digits is text, not a
-number (README, "Reliability")."""
+number (docs/reliability.md)."""
 
 from __future__ import annotations
 

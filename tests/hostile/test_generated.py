@@ -21,10 +21,12 @@ import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from nvrx.analyze import fr as fr_analyzer
+from nvrx.analyze.logattr import attribute_log
 from nvrx.campaign.pool import FaultType, PoolError, build_pool, pool_entries
-from nvrx.config import FIELDS, SECTIONS, ConfigError, parse_env_file, read_yaml_file
-from nvrx.inject import fr as fr_analyzer
-from nvrx.inject.logattr import attribute_log
+from nvrx.config import FIELDS, SECTIONS, ConfigError
+from nvrx.config.shellwords import parse_env_file
+from nvrx.config.yamlfile import read_yaml_file
 from nvrx.score.prompt import AnswerError, parse_answer
 from nvrx.watch.cycles import REQUIRED_KEYS, CycleParseError, parse_cycle_info
 

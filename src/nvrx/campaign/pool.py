@@ -1,6 +1,6 @@
 """Fault types and the experiment pool (`FAULT_TYPE:RANK:ITER:NODES`), as pure functions.
 
-The pool is ordered by priority (README, "Fault-injection campaigns"). Every entry is validated
+The pool is ordered by priority (docs/inject-loop.md). Every entry is validated
 against the workload (rank within `nodes × GPUs per node`, nodes at least the workload's
 minimum) with an error naming the entry; duplicates are reported, and kept only when asked.
 """
@@ -222,12 +222,12 @@ def pool_entries(source: str, pools_dir: Path | None = None) -> list[str]:
             raise PoolError(f"pool file {path} is not UTF-8 text (byte {exc.start})") from None
     words = split_pool(text)
     if "/" in text or (len(words) == 1 and ":" not in words[0]):
-        names = ", ".join([*NAMED_POOLS, *(_pool_files(pools_dir))])
+        names = ", ".join([*NAMED_POOLS, *(pool_files(pools_dir))])
         raise PoolError(f"pool {source!r} is not a pool name ({names}), a file or entries")
     return words
 
 
-def _pool_files(pools_dir: Path | None) -> list[str]:
+def pool_files(pools_dir: Path | None) -> list[str]:
     if pools_dir is None or not pools_dir.is_dir():
         return []
     return sorted(p.name for p in pools_dir.iterdir() if p.is_file())

@@ -3,7 +3,7 @@
 active = train + hot spares (the `%` throttle), total = active + cold spares,
 `--array=0-(total-1)%active`, `ft_launcher --nnodes MIN:MAX` with MIN = train × nodes per task
 and MAX = active × nodes per task, world size = MIN × GPUs per node (reference:
-README, "Singleton job-array chains"). Hot spares never enlarge the world.
+docs/submit-chain.md). Hot spares never enlarge the world.
 """
 
 from __future__ import annotations

@@ -24,10 +24,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from nvrx.inject.logattr import LogAttribution
+from typing import IO, Any
 
 from nvrx.campaign.pool import PoolError
 from nvrx.campaign.session import Record, Session
@@ -74,25 +71,15 @@ def _json(doc: Any) -> str:
 # --- analyzers ----------------------------------------------------------------------------------
 
 
-def attribute_file(path: Path) -> LogAttribution:
-    """The built-in attribution of a log file of any size, read as it streams (flat memory);
-    InputError when it cannot be read."""
-    from nvrx.files import read_line_blocks
-    from nvrx.inject.logattr import attribute_blocks
-    from nvrx.inject.logscan import MAX_LINE
-
-    return attribute_blocks(read_line_blocks(path, "log", max_line=MAX_LINE))
-
-
 def builtin_log_analyzer(_: Path, text: str) -> tuple[str, dict[str, Any]]:
-    from nvrx.inject.logattr import attribute_log
+    from nvrx.analyze.logattr import attribute_log
 
     result = attribute_log(text)
     return result.text(), result.to_json()
 
 
 def builtin_fr_analyzer(checkpoints: Path, pattern: str) -> tuple[str, dict[str, Any]]:
-    from nvrx.inject import fr
+    from nvrx.analyze import fr
 
     if not checkpoints.is_dir():  # the workload never made it: nothing dumped
         return NO_DUMPS, {"groups": [], "ranks": []}

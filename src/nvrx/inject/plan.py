@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from nvrx.campaign.pool import Pool, PoolError, at_iterations, build_pool, pool_entries
 from nvrx.campaign.session import Record, Session, SessionState
@@ -126,6 +127,21 @@ def planned_commands(plan: Plan, slurm: Slurm, base: Path) -> list[list[str]]:
     ]
 
 
+def window_size(loaded: LoadedConfig, recorded: Mapping[str, Any] | None = None) -> int:
+    """Jobs of the session in Slurm at once. The one precedence rule: a value given on this
+    command line (`--batch-size`, `--set inject.batch_size=`) wins; else the one the session
+    being resumed or re-run recorded; else `inject.batch_size` from the other layers."""
+    configured = loaded.config.inject.batch_size
+    if loaded.origins["inject.batch_size"].layer == "cli" or recorded is None:
+        return configured
+    value = recorded.get("batch_size")
+    return (
+        value
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0
+        else configured
+    )
+
+
 def start_session(
     plan: Plan,
     loaded: LoadedConfig,
@@ -134,7 +150,7 @@ def start_session(
     batch_size: int | None = None,
 ) -> Session:
     """A new session directory (under `base`, default inject.base_experiments_dir) with the
-    campaign, its batch size (default inject.batch_size) and its experiments journalled."""
+    campaign, its window (default `window_size(loaded)`) and its experiments journalled."""
     cfg = loaded.config.inject
     if base is None:
         default = loaded.origins["inject.base_experiments_dir"].layer == "default"
@@ -151,7 +167,7 @@ def start_session(
         pool_source=plan.pool_source,
         settings={k: {"value": v, "source": str(o)} for k, v, o in loaded.rows()},
         argv=argv,
-        batch_size=batch_size or cfg.batch_size,
+        batch_size=batch_size or window_size(loaded),
     )
     return session
 

@@ -19,7 +19,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nvrx.campaign.pool import PoolError
-from nvrx.config import ConfigError, SlurmTime, parse_yaml
+from nvrx.config import ConfigError, SlurmTime
+from nvrx.config.yamlfile import parse_yaml
 from nvrx.files import InputError, read_bounded
 
 

@@ -1,5 +1,5 @@
 """Pure readings of the judge's inputs: the restart table, the blinded log excerpt, the FR
-missing-rank table and its scope, and the attribution text (README, "Scoring attribution";
+missing-rank table and its scope, and the attribution text (docs/score.md;
 docs/file-contracts.md). Shared by the rules judge, the LLM prompt and the answer normaliser.
 """
 

@@ -1,7 +1,7 @@
 """Verdicts as CI reads them: pass rates, `--min` thresholds, exit codes, and the JSON, markdown
 and JUnit forms. Pure functions of the verdicts.
 
-Exit codes (documented in the README and `nvrx score --help`):
+Exit codes (documented in docs/score.md and `nvrx score --help`):
   0  every case scored (or invalid) and every threshold met
   1  a `--min` threshold is not met
   2  bad input (a one-line error names it)

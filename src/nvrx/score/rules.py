@@ -1,5 +1,5 @@
 """The deterministic offline judge: the five dimensions computed from the restart table, the
-attribution text and the FR table, with no model and no network (README, "Scoring attribution").
+attribution text and the FR table, with no model and no network (docs/score.md).
 
 Decision rules, written down because CI depends on them:
 - `restart_correct`: the attribution's decision (STOP before RESTART, by substring) equals the

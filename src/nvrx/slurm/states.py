@@ -2,7 +2,7 @@
 
 Every consumer asks one question of a state: is the job still in Slurm's hands (`is_live`), or
 is it over (`is_terminal`)? `UNKNOWN` is neither: a state we could not read must never advance a
-caller (README, "The Slurm adapter").
+caller (docs/slurm-adapter.md).
 """
 
 from __future__ import annotations

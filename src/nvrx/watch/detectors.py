@@ -1,6 +1,6 @@
 """The `nvrx watch` detectors: pure functions of (Snapshot, WatchSettings) → findings.
 
-Catalogue and defaults: README, "Watching a chain" (Detectors). Every detector is a function
+Catalogue and defaults: docs/watch.md (Detectors). Every detector is a function
 `(snap, cfg) -> list[Finding]` without IO and without a clock (the time is `snap.observed_at`), so
 a pass can be replayed from a recorded snapshot. `DETECTORS` lists them in catalogue order (chain
 detectors, anomaly detectors, observer findings); `run_detectors` runs the ones not in

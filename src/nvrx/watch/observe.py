@@ -3,7 +3,7 @@
 Slurm costs at most one squeue (the chain's generations, by name and user) and one sacct (task-0
 endings in the churn window) per pass, plus one targeted sacct only when a generation lost its
 task 0 longer ago than that window. A failed query is recorded in the snapshot, never read as
-"nothing running" (README, "The Slurm adapter").
+"nothing running" (docs/slurm-adapter.md).
 """
 
 from __future__ import annotations

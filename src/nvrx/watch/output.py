@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
-
-from rich.console import Console
-from rich.text import Text
+from typing import Any, TextIO
 
 from nvrx.display import printable
 from nvrx.slurm.hostlist import compress
@@ -14,6 +11,10 @@ from nvrx.watch.model import Severity
 from nvrx.watch.run import EXIT_CRITICAL, EXIT_DEGRADED, PassResult
 
 JSON_SCHEMA = 1
+# A screen line is a list of (text, style) segments: styled with rich on a terminal, written
+# as plain text otherwise (cron, pipes), so a pass that is not watched never imports rich.
+Segment = tuple[str, str]
+Line = list[Segment]
 _STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
 
@@ -121,28 +122,29 @@ def pass_json(result: PassResult) -> dict[str, Any]:
     }
 
 
-def print_pass(result: PassResult, out: Console) -> None:
+def pass_lines(result: PassResult) -> list[Line]:
+    """The screen of one pass. Every segment's text is already printable: data (paths, errors)
+    is never rich markup, nor a control sequence for the terminal."""
+    lines: list[Line] = []
     snap = result.snapshot
     now = snap.observed_at
     chain = snap.chain
     status = {EXIT_CRITICAL: ("CRITICAL", "bold red"), EXIT_DEGRADED: ("DEGRADED", "yellow")}.get(
         result.exit_code, ("CLEAN", "green")
     )
-    title = Text("nvrx watch: ")
-    title.append(printable(chain.name or "(cycle files only)"), style="bold")
+    title: Line = [("nvrx watch: ", ""), (printable(chain.name or "(cycle files only)"), "bold")]
     if chain.chain_id:
-        title.append(f" (chain {chain.chain_id})")
+        title.append((printable(f" (chain {chain.chain_id})"), ""))
     if chain.user:
-        title.append(f", user {chain.user}")
-    title.append("  ")
-    title.append(status[0], style=status[1])
-    out.print(title)
-    if chain.work_dir:
-        out.print(Text(printable(f"work dir: {chain.work_dir}"), style="dim"))
+        title.append((printable(f", user {chain.user}"), ""))
+    title += [("  ", ""), status]
+    lines.append(title)
 
     def say(text: str, style: str = "") -> None:
-        # Data (paths, errors) is never rich markup, nor a control sequence for the terminal.
-        out.print(Text(printable(text), style=style))
+        lines.append([(printable(text), style)])
+
+    if chain.work_dir:
+        say(f"work dir: {chain.work_dir}", "dim")
 
     platform = snap.platform
     if platform is None:
@@ -199,12 +201,11 @@ def print_pass(result: PassResult, out: Console) -> None:
     if not result.findings:
         say("findings: none", "green")
     for f in result.findings:
-        row = Text("  ")
-        row.append(f"{f.severity.value.upper():8}", style=_STYLE[f.severity])
-        row.append(printable(f" {f.detector}: {f.summary}"))
+        row: Line = [("  ", ""), (f"{f.severity.value.upper():8}", _STYLE[f.severity])]
+        row.append((printable(f" {f.detector}: {f.summary}"), ""))
         if f.first_seen is not None and (now - f.first_seen).total_seconds() >= 60:
-            row.append(f" (since {_ago(_age(now, f.first_seen))})", style="dim")
-        out.print(row)
+            row.append((f" (since {_ago(_age(now, f.first_seen))})", "dim"))
+        lines.append(row)
         for extra in (f.detail, f"runbook: {f.runbook}" if f.runbook else ""):
             if extra:
                 say(f"           {extra}", "dim")
@@ -214,3 +215,22 @@ def print_pass(result: PassResult, out: Console) -> None:
         say(f"sink failed: {error}", "yellow")
     for note in result.notes:
         say(f"note: {note}", "dim")
+    return lines
+
+
+def print_pass(result: PassResult, out: TextIO, *, color: bool) -> None:
+    """Write one pass's screen to `out`, styled when `color` (a terminal)."""
+    lines = pass_lines(result)
+    if not color:
+        out.write("".join("".join(text for text, _ in line) + "\n" for line in lines))
+        out.flush()
+        return
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(file=out, highlight=False, markup=False, emoji=False, soft_wrap=True)
+    for line in lines:
+        row = Text()
+        for text, style in line:
+            row.append(text, style=style or None)
+        console.print(row)

@@ -1,4 +1,4 @@
-"""Which chain a watch follows, and where its files are (README, "Watching a chain": Resolution).
+"""Which chain a watch follows, and where its files are (docs/watch.md: Resolution).
 
 From a job id: name, owner, batch script and working directory from `scontrol show job`
 (falling back to sacct once the controller forgot the job); then the chain manifest in the

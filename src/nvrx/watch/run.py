@@ -14,8 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-
-import httpx
+from typing import TYPE_CHECKING
 
 from nvrx.chain.manifest import manifest_path, read_manifest
 from nvrx.chain.shape import ChainError
@@ -31,18 +30,19 @@ from nvrx.watch.resolve import Target, from_manifest
 from nvrx.watch.sinks import (
     PAGERDUTY,
     WEBHOOK,
+    SinkError,
     file_logger,
-    heartbeat,
-    http_problem,
     log_findings,
     pagerduty_resolve,
     pagerduty_trigger,
-    post_webhook,
     prometheus_text,
     webhook_payload,
     write_textfile,
 )
 from nvrx.watch.state import WatchState, load_state, save_state
+
+if TYPE_CHECKING:
+    from nvrx.watch.http_sinks import HttpSinks
 
 EXIT_CLEAN, EXIT_DEGRADED, EXIT_CRITICAL = 0, 1, 2
 
@@ -71,7 +71,7 @@ class Watcher:
     host: str
     act: bool = False
     dry_run: bool = False
-    http: httpx.Client | None = None
+    http: HttpSinks | None = None
 
     @property
     def dir(self) -> Path:
@@ -162,9 +162,9 @@ class Watcher:
         if not result.degraded and not self.dry_run and self.settings.heartbeat_url:
             # A dead-man switch: it must stop when the watcher cannot see (a blind pass).
             try:
-                heartbeat(self._client(), self.settings.heartbeat_url)
-            except (httpx.HTTPError, httpx.InvalidURL) as exc:
-                self._sink_failed(result, logger, f"heartbeat: {http_problem(exc)}")
+                self._client().get(self.settings.heartbeat_url)
+            except SinkError as exc:
+                self._sink_failed(result, logger, f"heartbeat: {exc}")
         state.last_pass = now
         if writes:
             try:
@@ -173,9 +173,11 @@ class Watcher:
                 result.notes.append(f"state not saved: {exc}")
         return result
 
-    def _client(self) -> httpx.Client:
+    def _client(self) -> HttpSinks:
         if self.http is None:
-            self.http = httpx.Client(timeout=self.settings.http_timeout)
+            from nvrx.watch.http_sinks import HttpSinks  # httpx only for a pass that calls out
+
+            self.http = HttpSinks(self.settings.http_timeout)
         return self.http
 
     def _sink_failed(self, result: PassResult, logger: logging.Logger, message: str) -> None:
@@ -241,9 +243,9 @@ class Watcher:
             if gone in current:
                 continue
             try:
-                post_webhook(self._client(), url, pagerduty_resolve(gone, result.snapshot, key))
-            except (httpx.HTTPError, httpx.InvalidURL) as exc:
-                self._sink_failed(result, logger, f"pagerduty resolve {gone}: {http_problem(exc)}")
+                self._client().post(url, pagerduty_resolve(gone, result.snapshot, key))
+            except SinkError as exc:
+                self._sink_failed(result, logger, f"pagerduty resolve {gone}: {exc}")
                 continue  # kept: the next pass resolves it
             state.forget_alert(gone, PAGERDUTY)
             logger.info("resolved: %s", gone)
@@ -289,8 +291,8 @@ class Watcher:
             if not state.may_alert(f.key, sink, now, cooldown):
                 continue
             try:
-                post_webhook(self._client(), url, payload(f))
-            except (httpx.HTTPError, httpx.InvalidURL) as exc:
-                self._sink_failed(result, logger, f"{sink} for {f.key}: {http_problem(exc)}")
+                self._client().post(url, payload(f))
+            except SinkError as exc:
+                self._sink_failed(result, logger, f"{sink} for {f.key}: {exc}")
                 continue
             state.alerted(f.key, sink, now, cooldown)

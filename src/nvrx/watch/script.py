@@ -25,7 +25,8 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from nvrx.config import SHELL_ASSIGNMENT_RE, ConfigError, expand_shell_value, expand_shell_word
+from nvrx.config.errors import ConfigError
+from nvrx.config.shellwords import SHELL_ASSIGNMENT_RE, expand_shell_value, expand_shell_word
 
 MAX_DEPTH = 16  # nested `source`s
 MAX_TOTAL = 1 << 20  # bytes of script and sourced files read in all

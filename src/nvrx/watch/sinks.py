@@ -1,17 +1,15 @@
-"""Where findings go besides the terminal: the log file, a generic webhook, PagerDuty, a
-Prometheus textfile and a dead-man heartbeat. Observation and paging must not share fate: a
-failing sink is logged and the pass goes on."""
+"""Where findings go besides the terminal: the log file, the payloads of the generic webhook and
+PagerDuty, a Prometheus textfile. Observation and paging must not share fate: a failing sink is
+logged and the pass goes on. The HTTP calls themselves are in `http_sinks`, imported only by a
+pass that has a URL to call."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import time
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
-
-import httpx
 
 from nvrx.display import printable
 from nvrx.files import write_atomic
@@ -29,11 +27,9 @@ class _OneLineFormatter(logging.Formatter):
         return printable(super().format(record))
 
 
-def http_problem(exc: Exception) -> str:
-    """A sink's failure without its URL: webhook and heartbeat URLs carry tokens."""
-    if isinstance(exc, httpx.HTTPStatusError):
-        return f"HTTP {exc.response.status_code}"
-    return type(exc).__name__
+class SinkError(Exception):
+    """A webhook, PagerDuty or heartbeat call that failed; the message never holds the URL
+    (webhook and heartbeat URLs carry tokens)."""
 
 
 def file_logger(path: Path, dry_run: bool) -> logging.Logger:
@@ -116,34 +112,6 @@ def pagerduty_resolve(finding_key: str, snap: Snapshot, routing_key: str) -> dic
         "event_action": "resolve",
         "dedup_key": pagerduty_dedup_key(finding_key, snap),
     }
-
-
-# What a sink's answer may be, at most: nobody reads it, and a server that streams without end
-# (or drips a byte at a time, under httpx's per-read timeout) must not hold the pass.
-_REPLY_CAP = 64 << 10
-
-
-def _call(client: httpx.Client, method: str, url: str, payload: object = None) -> None:
-    """One sink request within a total deadline of the client's timeout; raises httpx errors
-    (HTTPStatusError for a status >= 400)."""
-    timeout = client.timeout.read or 20.0
-    deadline = time.monotonic() + timeout
-    with client.stream(method, url, json=payload) as response:
-        read = 0
-        for chunk in response.iter_raw():
-            read += len(chunk)
-            if read > _REPLY_CAP or time.monotonic() > deadline:
-                raise httpx.ReadTimeout("the sink's answer did not end in time")
-        response.raise_for_status()
-
-
-def post_webhook(client: httpx.Client, url: str, payload: dict[str, object]) -> None:
-    """POST one JSON document (the webhook's, or a PagerDuty event)."""
-    _call(client, "POST", url, payload)
-
-
-def heartbeat(client: httpx.Client, url: str) -> None:
-    _call(client, "GET", url)
 
 
 def _label(value: str | None) -> str:

@@ -1,5 +1,5 @@
 # ---------------------------------------------------------------------------------------------
-# One generation of an nvrx singleton job-array chain (README, "Singleton job-array chains").
+# One generation of an nvrx singleton job-array chain (docs/submit-chain.md).
 # The settings above were rendered by `nvrx submit-chain`; everything below is fixed.
 #
 # Array task 0 is a training rank and the rendezvous host. It arms its EXIT trap first, then

@@ -104,8 +104,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from nvrx.inject import logscan
-from nvrx.inject.logscan import Failure, Scan, feed_blocks, gate_words, text_blocks
+from nvrx.analyze import logscan
+from nvrx.analyze.logscan import Failure, Scan, feed_blocks, gate_words, text_blocks
 from nvrx.limits import MAX_RANKS, as_rank, small_int
 from nvrx.score.evidence import MARKER_WORDS, RESTART, STOP, blind_line, rank_mentions
 

@@ -1,0 +1,50 @@
+"""`nvrx analyze fr | log`: the built-in analysers on one experiment's artifacts."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from nvrx.analyze.logattr import LogAttribution
+from nvrx.config import load_for_command
+from nvrx.terminal import CommandError, note
+
+
+def attribute_file(path: Path) -> LogAttribution:
+    """The built-in attribution of a log file of any size, read as it streams (flat memory);
+    InputError when it cannot be read."""
+    from nvrx.analyze.logattr import attribute_blocks
+    from nvrx.analyze.logscan import MAX_LINE
+    from nvrx.files import read_line_blocks
+
+    return attribute_blocks(read_line_blocks(path, "log", max_line=MAX_LINE))
+
+
+def analyze_fr(path: Path, pattern: str, as_json: bool) -> int:
+    """Missing ranks from the dumps under `path`: upstream's table, or JSON."""
+    from nvrx.analyze import fr
+
+    load_for_command(None, None, None)  # the site's limits
+    try:
+        result = fr.analyze_path(path, pattern)
+    except fr.FrError as exc:
+        raise CommandError(str(exc)) from None
+    for line in result.notes:
+        note(line)
+    if as_json:
+        sys.stdout.write(json.dumps(fr.to_json(result), indent=2) + "\n")
+    else:
+        sys.stdout.write("no_dumps\n" if result.no_dumps else fr.table(result))
+    return 0
+
+
+def analyze_log(path: Path, as_json: bool) -> int:
+    """The 5-field attribution of one log (blinded first)."""
+    load_for_command(None, None, None)  # the site's limits (a pipe or device ends at one)
+    result = attribute_file(path)  # InputError: one line, from nvrx.cli.main
+    if as_json:
+        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
+    else:
+        sys.stdout.write(result.text().rstrip("\n") + "\n")
+    return 0

@@ -1,0 +1,98 @@
+"""`nvrx submit-chain`: which of submit, dry run, validate, extend and cancel runs, with what."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from nvrx.config import load_for_command
+from nvrx.terminal import CommandError, stderr, stdout
+
+
+def submit_chain(
+    *,
+    shape_flags: Mapping[str, tuple[object, str]],
+    depth: int | None,
+    work_dir: Path | None,
+    dry_run: bool,
+    validate: bool,
+    extend: bool,
+    cancel: bool,
+    share_name: bool,
+    as_json: bool,
+    extra_args: Sequence[str],
+    config: Path | None,
+    env_file: Path | None,
+    sets: list[str] | None,
+) -> int:
+    """Submit, extend or cancel a chain; print its summary. `shape_flags` maps each shape
+    setting to (flag value or None, flag). Returns the exit code."""
+    from nvrx.chain.output import print_report
+    from nvrx.chain.shape import ChainError
+    from nvrx.chain.submit import cancel as cancel_chain
+    from nvrx.chain.submit import extend as extend_chain
+    from nvrx.chain.submit import submit_new
+    from nvrx.slurm import Slurm, SlurmError, SlurmValueError
+
+    def error(message: str, code: int) -> NoReturn:
+        if as_json:
+            sys.stdout.write(json.dumps({"ok": False, "error": message}) + "\n")
+        raise CommandError(message, code)
+
+    if sum((dry_run or validate, extend, cancel)) > 1:
+        error("choose one of --dry-run/--validate, --extend and --cancel", 2)
+    if extend or cancel:
+        given = [flag for value, flag in shape_flags.values() if value is not None]
+        given += ["--share-name"] * share_name + ["--set"] * bool(sets)
+        given += ["-- ARGS"] * bool(extra_args)
+        if cancel and depth is not None:
+            given.append("-K")
+        if given:
+            error(
+                f"{'--extend' if extend else '--cancel'} does not take {', '.join(given)}: the "
+                "chain keeps the settings it was submitted with (only --work-dir"
+                f"{', -K' if extend else ''} and --json apply)",
+                2,
+            )
+    flags = {
+        **shape_flags,
+        "chain.depth": (depth, "-K"),
+        "chain.work_dir": (work_dir, "--work-dir"),
+    }
+    loaded = load_for_command(config, env_file, sets, flags)
+    slurm = Slurm(loaded.config.slurm)
+    progress = None if as_json else (lambda msg: stdout().print(msg))
+    if loaded.config.chain.dry_run and not (extend or cancel or validate):
+        dry_run = True  # upstream's NVRX_DRY_RUN=1
+    try:
+        if cancel:
+            report = cancel_chain(loaded.config.chain.work_dir, slurm)
+        elif extend:
+            report = extend_chain(
+                loaded.config.chain.work_dir, slurm, depth=depth, progress=progress
+            )
+        else:
+            report = submit_new(
+                loaded,
+                slurm,
+                extra_args=list(extra_args),
+                dry_run=dry_run,
+                validate=validate,
+                share_name=share_name,
+                argv=sys.argv,
+                progress=progress,
+            )
+    except (ChainError, SlurmValueError) as exc:
+        error(str(exc), 2)
+    except SlurmError as exc:
+        error(str(exc), 1)
+    except OSError as exc:
+        error(f"{exc.filename or 'file'}: {exc.strerror}", 2)
+    if as_json:
+        sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
+    else:
+        print_report(report, stdout(), stderr())
+    return 0 if report.ok else 1

@@ -1,0 +1,137 @@
+"""The `nvrx` command line: one module per subcommand, each declaring its options and calling
+one function of its package (DESIGN.md, "Modules").
+
+The root group lists the subcommands from the table below and imports a subcommand's module only
+when it runs (or when its own help or completion is asked for): `nvrx --help` loads no package
+and no settings model, and `nvrx watch` builds the options of `watch` alone.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any, NamedTuple
+
+import typer
+from typer.core import TyperGroup
+from typer.exceptions import TyperException
+
+import nvrx
+from nvrx.display import printable
+
+
+class Subcommand(NamedTuple):
+    module: str  # nvrx.cli.<module>, whose `app` holds the command (or the group)
+    help: str  # the line `nvrx --help` shows, without importing the module
+
+
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "config": Subcommand("config", "Inspect the effective configuration."),
+    "submit-chain": Subcommand("chain", "Submit a singleton job-array chain of K generations."),
+    "watch": Subcommand(
+        "watch", "Watch a chain from outside the job and report restart anomalies."
+    ),
+    "inject-loop": Subcommand(
+        "inject", "Run a prioritised pool of fault-injection experiments, BATCH_SIZE at a time."
+    ),
+    "analyze": Subcommand("analyze", "Run the built-in analysers on one experiment's artifacts."),
+    "report": Subcommand(
+        "report", "Print a campaign's report (rebuilt from its journal), or what changed."
+    ),
+    "score": Subcommand("score", "Judge attribution output against the injected ground truth."),
+}
+
+
+class LazyGroup(TyperGroup):
+    """The root group: subcommands come from SUBCOMMANDS, each imported on first use."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(SUBCOMMANDS)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        entry = SUBCOMMANDS.get(cmd_name)
+        if entry is None:
+            return None
+        module = importlib.import_module(f"nvrx.cli.{entry.module}")
+        command = typer.main.get_command(module.app)
+        command.name = cmd_name
+        return command
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, entry.help) for name, entry in SUBCOMMANDS.items()])
+
+
+# User text prints literally everywhere: no rich markup or emoji codes in help or messages.
+app = typer.Typer(
+    cls=LazyGroup,
+    rich_markup_mode=None,
+    name="nvrx",
+    help="Resilient large-scale training on Slurm.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"nvrx {nvrx.__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(
+        False, "--version", help="Print the version and exit.", callback=_version, is_eager=True
+    ),
+) -> None:
+    """nvrx: singleton job-array chains, an out-of-job watcher, fault-injection campaigns and
+    attribution scoring, on one config and one Slurm adapter."""
+
+
+def _error(message: str) -> None:
+    sys.stderr.write(f"nvrx: error: {printable(message)}\n")
+
+
+# Bad input raised wherever it was read: a config error, an input over its cap or unreadable. Looked
+# up in sys.modules: an error class whose module was never imported cannot have been raised, and
+# `nvrx --help` must not import the settings to find out.
+_INPUT_ERRORS = (("nvrx.config.errors", "ConfigError"), ("nvrx.files", "InputError"))
+
+
+def _is_input_error(exc: Exception) -> bool:
+    for module, name in _INPUT_ERRORS:
+        cls = getattr(sys.modules.get(module), name, None)
+        if isinstance(cls, type) and isinstance(exc, cls):
+            return True
+    return False
+
+
+def main() -> None:
+    """The entry point. Not standalone: a usage error (a bad flag or value) is one `nvrx: error:`
+    line and exit 2, like every other bad input, instead of a framed usage box. A command's
+    CommandError, a config error and an unreadable input are one line too, wherever raised."""
+    from nvrx.terminal import CommandError
+
+    try:
+        code = app(standalone_mode=False)
+    except TyperException as exc:
+        ctx = getattr(exc, "ctx", None)
+        where = f"{ctx.command_path}: " if ctx is not None else ""
+        message = " ".join(exc.format_message().split())
+        if message:  # empty for `nvrx` alone, which has printed the help already
+            _error(f"{where}{message} (see --help)")
+        sys.exit(exc.exit_code)
+    except CommandError as exc:
+        _error(str(exc))
+        sys.exit(exc.code)
+    except (KeyboardInterrupt, typer.Abort):
+        sys.stderr.write("nvrx: interrupted\n")
+        sys.exit(130)
+    except Exception as exc:
+        if not _is_input_error(exc):
+            raise
+        _error(str(exc))
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,3 @@
+from nvrx.cli import main
+
+main()

@@ -1,0 +1,33 @@
+"""`nvrx config show | env`."""
+
+from __future__ import annotations
+
+import typer
+
+from nvrx.cli.options import ConfigOpt, EnvFileOpt, JsonOpt, SetOpt
+
+app = typer.Typer(
+    help="Inspect the effective configuration.", no_args_is_help=True, rich_markup_mode=None
+)
+
+
+@app.command("show")
+def config_show(
+    as_json: JsonOpt = False,
+    config: ConfigOpt = None,
+    env_file: EnvFileOpt = None,
+    set_: SetOpt = None,
+) -> None:
+    """Print every effective setting and the layer it came from."""
+    from nvrx.config import load_for_command
+    from nvrx.config.show import show
+
+    show(load_for_command(config, env_file, set_), as_json)
+
+
+@app.command("env")
+def config_env(as_json: JsonOpt = False) -> None:
+    """List the environment variables each setting reads (canonical name, then upstream names)."""
+    from nvrx.config.show import env_names
+
+    env_names(as_json)

@@ -1,0 +1,67 @@
+"""Options every subcommand takes (so they can follow the subcommand like any other flag), and
+the completions of pool and workload names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="YAML config file (default: $NVRX_CONFIG, ./nvrx.yaml, ~/.config/nvrx/config.yaml).",
+        dir_okay=False,
+    ),
+]
+EnvFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--env-file",
+        help="user.env-style KEY=VALUE site file (default: $NVRX_ENV_FILE).",
+        dir_okay=False,
+    ),
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", metavar="SECTION.KEY=VALUE", help="Override one setting (repeatable)."),
+]
+ForceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--force", help="Skip damaged journal lines (and say how many) instead of stopping."
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def complete_pool(incomplete: str) -> list[str]:
+    """Pool names: the built-in ones and the `pools/` files of the configured workload."""
+    from nvrx.campaign.pool import NAMED_POOLS, pool_files
+
+    names = list(NAMED_POOLS)
+    try:
+        from nvrx.config import load_config
+        from nvrx.inject.workloads import find_workload, load_registry
+
+        cfg = load_config().config.inject
+        workload = find_workload(cfg.workload, load_registry(cfg.workloads_file))
+        if workload.script_dir is not None:
+            names += pool_files(workload.script_dir / "pools")
+    except Exception:  # completion must never fail the shell: the built-in names still help
+        pass
+    return [n for n in names if n.startswith(incomplete)]
+
+
+def complete_workload(incomplete: str) -> list[str]:
+    """Workload names of the shipped registry and the configured workloads file."""
+    try:
+        from nvrx.config import load_config
+        from nvrx.inject.workloads import load_registry
+
+        names = sorted(load_registry(load_config().config.inject.workloads_file))
+    except Exception:  # a broken config completes nothing rather than printing a traceback
+        return []
+    return [n for n in names if n.startswith(incomplete)]

@@ -1,0 +1,117 @@
+"""`nvrx score`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nvrx.cli.options import ConfigOpt, EnvFileOpt, SetOpt
+
+app = typer.Typer(rich_markup_mode=None)
+
+
+@app.command(
+    "score",
+    epilog=(
+        "Exit codes: 0 scored and every --min met; 1 a --min not met; 2 bad input; "
+        "3 some case unscored (the judge could not give a verdict)."
+    ),
+)
+def score_cmd(
+    targets: Annotated[
+        list[Path] | None,
+        typer.Argument(help="Session or experiment directories (else the upstream flags)."),
+    ] = None,
+    judge: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--judge",
+            metavar="rules|llm|llm:MODEL",
+            help="Judge (repeat for a per-dimension vote). Default: llm when score.base_url "
+            "is set, else rules.",
+        ),
+    ] = None,
+    model: Annotated[str | None, typer.Option("--model", help="LLM judge model.")] = None,
+    base_url: Annotated[
+        str | None, typer.Option("--base-url", help="OpenAI-compatible endpoint.")
+    ] = None,
+    fault_type: Annotated[str | None, typer.Option("--fault-type", help="Injected fault.")] = None,
+    rank: Annotated[int | None, typer.Option("--rank", help="Injected global rank.")] = None,
+    iteration: Annotated[int | None, typer.Option("--iter", help="Injection iteration.")] = None,
+    nodes: Annotated[int | None, typer.Option("--nodes", help="Nodes of the job.")] = None,
+    run_valid: Annotated[
+        str, typer.Option("--run-valid", help="true/false: did the run reach the fault?")
+    ] = "true",
+    log_path: Annotated[
+        Path | None, typer.Option("--log-path", help="The job log.", dir_okay=False)
+    ] = None,
+    log_output: Annotated[
+        str, typer.Option("--log-output", help="Log-analysis output (text, or @FILE).")
+    ] = "",
+    fr_output: Annotated[
+        str, typer.Option("--fr-output", help="FR analysis output (text, or @FILE).")
+    ] = "no_dumps",
+    gpus_per_node: Annotated[
+        int | None, typer.Option("--gpus-per-node", help="Default: slurm.gpus_per_node.")
+    ] = None,
+    segment_size: Annotated[
+        int | None,
+        typer.Option("--segment-size", "--rack-size", help="FR segment size (score.segment_size)."),
+    ] = None,
+    minimum: Annotated[
+        list[str] | None,
+        typer.Option("--min", metavar="DIM=RATE", help="Fail (exit 1) below this pass rate."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    junit_path: Annotated[
+        Path | None, typer.Option("--junit", help="Write JUnit XML here.", dir_okay=False)
+    ] = None,
+    markdown_path: Annotated[
+        Path | None,
+        typer.Option("--markdown", help="Write the markdown report table here.", dir_okay=False),
+    ] = None,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Ask the judge even if the answer is cached.")
+    ] = False,
+    concurrency: Annotated[
+        int | None, typer.Option("--concurrency", help="Judge requests in flight.")
+    ] = None,
+    config: ConfigOpt = None,
+    env_file: EnvFileOpt = None,
+    set_: SetOpt = None,
+) -> None:
+    """Judge attribution output against the injected ground truth.
+
+    Offline with the deterministic rules judge, or with an LLM over an OpenAI-compatible API.
+    """
+    from nvrx.score.command import score_command
+
+    raise typer.Exit(
+        score_command(
+            targets=targets,
+            judge=judge,
+            model=model,
+            base_url=base_url,
+            fault_type=fault_type,
+            rank=rank,
+            iteration=iteration,
+            nodes=nodes,
+            run_valid=run_valid,
+            log_path=log_path,
+            log_output=log_output,
+            fr_output=fr_output,
+            gpus_per_node=gpus_per_node,
+            segment_size=segment_size,
+            minimum=minimum,
+            as_json=as_json,
+            junit_path=junit_path,
+            markdown_path=markdown_path,
+            no_cache=no_cache,
+            concurrency=concurrency,
+            config=config,
+            env_file=env_file,
+            set_=set_,
+        )
+    )

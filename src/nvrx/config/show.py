@@ -1,0 +1,75 @@
+"""`nvrx config show` and `nvrx config env`: the effective settings with the layer each came
+from, and the environment names each setting reads."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import nvrx
+from nvrx.config.load import LoadedConfig
+from nvrx.config.model import FIELDS
+from nvrx.config.names import env_names_for
+from nvrx.terminal import stdout
+
+
+def _display(value: Any) -> str:
+    if value is None:
+        return "(unset)"
+    if isinstance(value, str):
+        return value if value else '""'
+    return json.dumps(value)
+
+
+def show(loaded: LoadedConfig, as_json: bool) -> None:
+    """Every effective setting and the layer it came from; secrets show as `<hidden>`."""
+    rows = loaded.rows()
+    if as_json:
+        doc = {
+            "nvrx_version": nvrx.__version__,
+            "config_file": str(loaded.config_file) if loaded.config_file else None,
+            "env_file": str(loaded.env_file) if loaded.env_file else None,
+            "settings": {
+                key: {"value": value, "source": str(origin)} for key, value, origin in rows
+            },
+        }
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    from rich.table import Table
+    from rich.text import Text
+
+    out = stdout()
+    out.print(f"config file: {loaded.config_file or '(none)'}")
+    out.print(f"env file:    {loaded.env_file or '(none)'}")
+    table = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
+    table.add_column("setting", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    table.add_column("source", overflow="fold")
+    section = ""
+    for key, value, origin in rows:
+        this = key.split(".", 1)[0]
+        if this != section:
+            if section:
+                table.add_row("", "", "")
+            section = this
+        # Values and paths are data, never rich markup (a value may well contain "[/x]").
+        style = "dim" if origin.layer == "default" else "cyan"
+        table.add_row(key, Text(_display(value)), Text(str(origin), style=style))
+    out.print(table)
+
+
+def env_names(as_json: bool) -> None:
+    """The environment variables each setting reads (canonical name, then upstream names)."""
+    mapping = {key: env_names_for(key) for key in FIELDS}
+    if as_json:
+        sys.stdout.write(json.dumps(mapping, indent=2) + "\n")
+        return
+    from rich.table import Table
+
+    table = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
+    table.add_column("setting", no_wrap=True)
+    table.add_column("environment (first wins)", overflow="fold")
+    for key, names in mapping.items():
+        table.add_row(key, ", ".join(names))
+    stdout().print(table)

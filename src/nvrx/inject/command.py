@@ -1,0 +1,322 @@
+"""`nvrx inject-loop`: which of run, resume, re-run, re-analyse, list, dry run and next
+iteration is asked for, with what; then the campaign, its summary and its report."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from nvrx.config import load_for_command
+from nvrx.terminal import CommandError, note, stderr, stdout, warn
+
+
+def note_duplicates(duplicates: Sequence[str]) -> None:
+    for dup in sorted(set(duplicates)):
+        note(f"duplicate entry {dup} kept in its own directory")
+
+
+def inject_loop(
+    *,
+    pool: str | None,
+    workload: str | None,
+    sbatch_script: Path | None,
+    batch_size: int | None,
+    barrier: bool,
+    base_dir: Path | None,
+    time_limit: str | None,
+    resume: Path | None,
+    reanalyze: Path | None,
+    rerun_failing: Path | None,
+    next_: Path | None,
+    iters: str | None,
+    no_analysis: bool,
+    allow_duplicates: bool,
+    cancel_on_interrupt: bool,
+    list_pool: bool,
+    dry_run: bool,
+    force: bool,
+    as_json: bool,
+    extra_args: Sequence[str],
+    config: Path | None,
+    env_file: Path | None,
+    set_: list[str] | None,
+) -> int:
+    """Run (or resume, re-run, re-analyse, list) a campaign. Returns the exit code: 0 done, 1 a
+    failure, 3 an experiment unscored after re-analysis, 130 interrupted."""
+    from nvrx.campaign.pool import PoolError
+    from nvrx.campaign.session import Session, SessionState
+    from nvrx.inject.analysis import Analyst, Analyzers, Judge
+    from nvrx.inject.output import (
+        LineReporter,
+        LiveReporter,
+        pool_table,
+        print_summary,
+        summary_json,
+    )
+    from nvrx.inject.plan import (
+        make_plan,
+        plan_pool,
+        planned_commands,
+        rerun_plan,
+        start_session,
+        window_size,
+    )
+    from nvrx.inject.report import failing_entries
+    from nvrx.inject.report import rows as report_rows
+    from nvrx.inject.run import Campaign
+    from nvrx.score.model import ScoreError
+    from nvrx.score.run import campaign_judge
+    from nvrx.slurm import Slurm, SlurmError, SlurmValueError
+
+    if next_ is not None:
+        if resume or reanalyze or rerun_failing or pool or iters or dry_run or list_pool:
+            raise CommandError(
+                "--next reads one session and prints a pool: no other session or pool option"
+            )
+        return next_iteration(next_, config, env_file, set_)
+    reanalyze = reanalyze.resolve() if reanalyze is not None else None
+    rerun_failing = rerun_failing.resolve() if rerun_failing is not None else None
+    resume = resume.resolve() if resume is not None else None
+    if reanalyze is not None and (
+        rerun_failing or resume or extra_args or dry_run or list_pool or no_analysis
+        or pool or workload or sbatch_script or batch_size or base_dir or time_limit
+    ):  # fmt: skip
+        raise CommandError(
+            "--reanalyze works on a session alone: no other session, pool, job or sbatch option"
+        )
+    if force and reanalyze is None:
+        raise CommandError(
+            "--force applies to --reanalyze only (a campaign never runs on a damaged journal)"
+        )
+    if rerun_failing is not None and (resume or pool or workload or sbatch_script):
+        raise CommandError(
+            "--rerun-failing re-runs that session's campaign: no --resume, --pool, --workload "
+            "or --sbatch-script"
+        )
+    entries: list[str] = []
+    old: SessionState | None = None  # the journal of the session --rerun-failing re-runs
+    if rerun_failing is not None:
+        try:
+            old = Session.open(rerun_failing).state()
+        except PoolError as exc:
+            raise CommandError(str(exc)) from None
+
+    flags = {
+        "inject.pool": (pool, "--pool"),
+        "inject.workload": (workload, "--workload"),
+        "inject.sbatch_script": (sbatch_script, "--sbatch-script"),
+        "inject.batch_size": (batch_size, "--batch-size"),
+        "inject.base_experiments_dir": (base_dir, "--base-dir"),
+        "inject.time_limit": (time_limit, "--time-limit"),
+        "inject.iters": (iters, "--iters"),
+    }
+    loaded = load_for_command(config, env_file, set_, flags)
+    cfg = loaded.config.inject
+    slurm = Slurm(loaded.config.slurm)
+    if old is not None:
+        try:
+            entries = failing_entries(report_rows(old), cfg.stop_dimensions)
+        except PoolError as exc:
+            raise CommandError(str(exc)) from None
+        if not entries:
+            counted = ", ".join(cfg.stop_dimensions)
+            stdout().print(
+                f"every experiment of {rerun_failing} passes {counted}: nothing to re-run"
+            )
+            return 0
+        stderr().print(
+            f"note: re-running {len(entries)} failing experiment(s) of {rerun_failing} "
+            "with its recorded workload, script and shape",
+        )
+
+    def analysis(gpus_per_node: int) -> tuple[Analyzers, Judge] | None:
+        """The analysers and the judge, built (and their settings checked) before any session
+        is created or resumed."""
+        if no_analysis:
+            return None
+        return Analyzers.from_config(loaded.config, gpus_per_node), campaign_judge(
+            loaded.config, warn
+        )
+
+    try:
+        if reanalyze is not None:
+            session, state = open_session(reanalyze, force)
+            tools = analysis(state.gpus_per_node())
+            assert tools is not None  # --reanalyze refuses --no-analysis
+            analyst = Analyst(session, *tools, cfg.analysis_workers)
+            return reanalyze_session(session, state, analyst, as_json, force, cfg.stop_dimensions)
+        if resume is not None:
+            if extra_args or pool or workload or sbatch_script or list_pool or dry_run:
+                raise CommandError(
+                    "--resume finishes a session as it was planned: it takes no pool, "
+                    "workload, script or sbatch arguments"
+                )
+            session = Session.open(resume)
+            state = session.state()
+            size = window_size(loaded, state.info)
+            tools = analysis(state.gpus_per_node())
+        else:
+            if rerun_failing is not None and old is not None:
+                plan = rerun_plan(rerun_failing, old, entries)
+                home = rerun_failing.parent.parent  # beside OLD: the stop condition compares them
+                size = window_size(loaded, old.info)
+            elif list_pool:  # the pool alone: listing it needs no sbatch script yet
+                listed = plan_pool(loaded, allow_duplicates=allow_duplicates)
+                note_duplicates(listed.pool.duplicates)
+                stdout().print(pool_table(list(listed.pool.experiments), listed.gpus_per_node))
+                return 0
+            else:
+                plan = make_plan(loaded, allow_duplicates=allow_duplicates, extra_args=extra_args)
+                home = Path(cfg.base_experiments_dir)
+                size = window_size(loaded)
+            note_duplicates(plan.pool.duplicates)
+            if list_pool:  # with --rerun-failing: the pool the re-run would run
+                stdout().print(pool_table(list(plan.pool.experiments), plan.spec.gpus_per_node))
+                return 0
+            lines = planned_commands(plan, slurm, home)
+            if dry_run:
+                for argv in lines:
+                    stdout().print(f"[dry-run] {shlex.join(argv)}")
+                return 0
+            tools = analysis(plan.spec.gpus_per_node)
+            session = start_session(plan, loaded, sys.argv, home, size)
+    except (PoolError, SlurmValueError, ScoreError) as exc:
+        raise CommandError(str(exc)) from None
+    except SlurmError as exc:
+        raise CommandError(str(exc), 1) from None
+
+    reporter = (
+        LiveReporter(stdout())
+        if sys.stdout.isatty() and not as_json
+        else LineReporter(stderr() if as_json else stdout())
+    )
+    if not as_json:
+        stdout().print(f"session: {session.dir}")
+    campaign = Campaign(
+        session,
+        slurm,
+        reporter,
+        batch_size=size,
+        barrier=barrier,
+        poll_interval=loaded.config.slurm.poll_interval,
+        cap_seconds=cfg.experiment_timeout,
+        cancel_on_interrupt=cancel_on_interrupt,
+        analyst=Analyst(session, *tools, cfg.analysis_workers) if tools is not None else None,
+    )
+    try:
+        outcome = campaign.run()
+    finally:
+        reporter.close()
+    summary = summary_json(outcome.state, str(session.dir), outcome.error, outcome.interrupted)
+    if as_json:
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+    else:
+        print_summary(stdout(), summary)
+    if campaign.analyst is not None:
+        campaign.analyst.close()
+        finish_report(session.dir, as_json, dimensions=cfg.stop_dimensions)
+    if outcome.error:
+        raise CommandError(outcome.error, 1)
+    if outcome.interrupted:
+        return 130
+    return 0
+
+
+def open_session(directory: Path, force: bool) -> tuple[Any, Any]:
+    """A session and its state, saying on stderr what a forced read skipped."""
+    from nvrx.campaign.session import Session
+
+    session = Session.open(directory)
+    state = session.state(force=force)
+    for skipped in state.notes(session.journal.path):
+        warn(skipped)
+    return session, state
+
+
+def next_iteration(
+    session_dir: Path, config: Path | None, env_file: Path | None, sets: list[str] | None
+) -> int:
+    """`--next SESSION`: the next iteration's pool on stdout (for `--pool "$(...)"`), why on
+    stderr."""
+    from nvrx.campaign.pool import PoolError
+    from nvrx.inject.sweep import next_iteration as sweep_next
+
+    dimensions = load_for_command(config, env_file, sets).config.inject.stop_dimensions
+    try:
+        open_session(session_dir.resolve(), False)
+        step = sweep_next(session_dir.resolve(), dimensions)
+    except PoolError as exc:
+        raise CommandError(str(exc)) from None
+    stderr().print(f"iteration {step.iteration}: {step.why}")
+    if step.entries:
+        sys.stdout.write(" ".join(step.entries) + "\n")
+    return 0
+
+
+def reanalyze_session(
+    session: Any, state: Any, analyst: Any, as_json: bool, force: bool, dimensions: Sequence[str]
+) -> int:
+    """Analyse and score every ended experiment of `session` again; journal each result as it
+    comes; rebuild the report. Exit 3 when any is unscored (as `nvrx score`), 130 on Ctrl-C
+    (what finished is kept, the rest is not started)."""
+    from nvrx.inject.output import LineReporter
+
+    reporter = LineReporter(stderr() if as_json else stdout())
+    ended = state.by_status("ended")
+    for record in ended:
+        analyst.submit(record)
+    done = unscored = 0
+    code = 0
+    try:
+        while analyst.busy:
+            for record, result in analyst.collect():
+                done += 1
+                unscored += result.verdict is None or result.verdict.status == "unscored"
+                reporter.analysed(record, result, done, len(ended))
+            time.sleep(0.1)
+    except KeyboardInterrupt:
+        for record, result in analyst.collect():
+            done += 1
+            reporter.analysed(record, result, done, len(ended))
+        analyst.close(cancel=True)
+        stderr().print(f"nvrx: interrupted after {done} of {len(ended)} analyses")
+        code = 130
+    else:
+        analyst.close()
+    rows, stop = finish_report(session.dir, as_json, force, dimensions)
+    if as_json:
+        from nvrx.inject import report
+
+        sys.stdout.write(json.dumps(report.report_json(session.dir, rows, stop), indent=2) + "\n")
+    if code == 0 and unscored:
+        stderr().print(f"nvrx: {unscored} experiment(s) unscored after re-analysis")
+        code = 3
+    return code
+
+
+def finish_report(
+    session_dir: Path, quiet: bool, force: bool = False, dimensions: Sequence[str] | None = None
+) -> tuple[list[Any], tuple[bool, str]]:
+    """Rebuild the session's report from its journal, say where it is; its rows and stop
+    condition."""
+    from nvrx.campaign.pool import PoolError
+    from nvrx.inject.report import write_reports
+
+    try:
+        paths, rows, (met, why) = write_reports(
+            session_dir, force=force, **({"dimensions": dimensions} if dimensions else {})
+        )
+    except PoolError as exc:
+        raise CommandError(str(exc)) from None
+    except OSError as exc:
+        raise CommandError(f"cannot write the report in {session_dir}: {exc.strerror}", 1) from None
+    out = stderr() if quiet else stdout()
+    scored = sum(r.verdict.status == "scored" for r in rows)
+    out.print(f"report: {paths[0]} ({len(rows)} experiment(s), {scored} scored)")
+    out.print(f"stop condition: {'met' if met else 'not met'} ({why})")
+    return rows, (met, why)

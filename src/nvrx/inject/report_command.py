@@ -1,0 +1,86 @@
+"""`nvrx report`: a campaign's report rebuilt from its journal, or what changed between two."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from nvrx.config import load_for_command
+from nvrx.terminal import CommandError, stdout
+
+
+def report_command(args: list[str], as_json: bool, force: bool) -> int:
+    """`SESSION` or `diff OLD NEW`. Returns 1 when a cell regressed (diff), else 0."""
+    from rich.text import Text
+
+    from nvrx.campaign.pool import PoolError
+    from nvrx.inject import report
+    from nvrx.inject.command import open_session
+    from nvrx.score.report import percent, summarise
+
+    def open_rows(path: str) -> list[report.Row]:
+        try:
+            open_session(Path(path), force)
+            return report.session_rows(Path(path).resolve(), force=force)
+        except PoolError as exc:
+            raise CommandError(str(exc)) from None
+
+    if args[0] == "diff":
+        if len(args) != 3:
+            raise CommandError("report diff takes two sessions: OLD NEW")
+        changes, only_old, only_new = report.diff(open_rows(args[1]), open_rows(args[2]))
+        regressed = [c for c in changes if not c.improved]
+        if as_json:
+            doc = {
+                "improved": [vars(c) for c in changes if c.improved],
+                "regressed": [vars(c) for c in regressed],
+                "only_in_old": only_old,
+                "only_in_new": only_new,
+            }
+            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        else:
+            for c in changes:
+                word = "improved" if c.improved else "regressed"
+                style = "green" if c.improved else "bold red"
+                stdout().print(
+                    Text(f"{word:9} {c.entry} {c.dimension}: {c.before} -> {c.after}", style=style)
+                )
+            for entry in only_old:
+                stdout().print(Text(f"only in old: {entry}", style="dim"))
+            for entry in only_new:
+                stdout().print(Text(f"only in new: {entry}", style="dim"))
+            stdout().print(f"{len(changes) - len(regressed)} improved, {len(regressed)} regressed")
+        return 1 if regressed else 0
+    if len(args) != 1:
+        raise CommandError("report takes one session (or: report diff OLD NEW)")
+    session_dir = Path(args[0]).resolve()
+    try:
+        open_session(session_dir, force)  # a clear error for what is not a session
+        dimensions = load_for_command(None, None, None).config.inject.stop_dimensions
+        rows, stop = report.rows_and_stop(session_dir, force=force, dimensions=dimensions)
+    except PoolError as exc:
+        raise CommandError(str(exc)) from None
+    if as_json:
+        sys.stdout.write(json.dumps(report.report_json(session_dir, rows, stop), indent=2) + "\n")
+        return 0
+    from rich.table import Table
+
+    from nvrx.score.model import DIMENSIONS
+    from nvrx.score.output import SHORT_NAMES, render
+
+    cases, verdicts = [r.case for r in rows], [r.verdict for r in rows]
+    render(stdout(), cases, verdicts, summarise(verdicts), "session")
+    table = Table(title="fault type × nodes × rank position", header_style="bold", box=None)
+    for column in ("fault", "nodes", "rank", "n", "scored", *SHORT_NAMES.values()):
+        table.add_column(column)
+    for (fault, nodes, pos), cell in report.matrix(rows).items():
+        rates = (percent(cell.rate(d)) for d in DIMENSIONS)
+        table.add_row(fault, str(nodes), pos, str(cell.experiments), str(cell.scored), *rates)
+    stdout().print(table)
+    for pattern, matching in report.matched_patterns(rows):
+        ids = ", ".join(r.record.dir.name for r in matching)
+        stdout().print(Text(f"pattern {pattern.name}: {pattern.meaning}: {ids}"))
+    met, why = stop
+    stdout().print(Text(f"stop condition: {'met' if met else 'not met'} ({why})", style="bold"))
+    return 0

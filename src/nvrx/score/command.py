@@ -1,0 +1,128 @@
+"""`nvrx score`: cases from directories or from upstream's flags, the judges, the verdicts,
+their reports and the thresholds' exit code."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from nvrx.config import load_for_command
+from nvrx.terminal import CommandError, note, stdout, warn
+
+
+def score_command(
+    *,
+    targets: list[Path] | None,
+    judge: list[str] | None,
+    model: str | None,
+    base_url: str | None,
+    fault_type: str | None,
+    rank: int | None,
+    iteration: int | None,
+    nodes: int | None,
+    run_valid: str,
+    log_path: Path | None,
+    log_output: str,
+    fr_output: str,
+    gpus_per_node: int | None,
+    segment_size: int | None,
+    minimum: list[str] | None,
+    as_json: bool,
+    junit_path: Path | None,
+    markdown_path: Path | None,
+    no_cache: bool,
+    concurrency: int | None,
+    config: Path | None,
+    env_file: Path | None,
+    set_: list[str] | None,
+) -> int:
+    """Score; returns 0 scored and every --min met, 1 a --min not met, 3 some case unscored."""
+    from nvrx.campaign.pool import PoolError
+    from nvrx.files import refuse_overwriting
+    from nvrx.score import report
+    from nvrx.score.load import Shape, cases_from_path, flags_case, input_paths, parse_bool
+    from nvrx.score.model import ScoreError
+    from nvrx.score.output import render
+    from nvrx.score.run import JudgeSpec, build_judges, default_judges, judge_label, score
+
+    flags = {
+        "score.model": (model, "--model"),
+        "score.base_url": (base_url, "--base-url"),
+        "score.segment_size": (segment_size, "--segment-size"),
+        "score.concurrency": (concurrency, "--concurrency"),
+        "score.cache": (False if no_cache else None, "--no-cache"),
+        "slurm.gpus_per_node": (gpus_per_node, "--gpus-per-node"),
+    }
+    loaded = load_for_command(config, env_file, set_, flags)
+    cfg = loaded.config
+    shape = Shape(cfg.slurm.gpus_per_node, cfg.score.segment_size)
+    truth_flags = {
+        "--fault-type": fault_type,
+        "--rank": rank,
+        "--iter": iteration,
+        "--nodes": nodes,
+    }
+    try:
+        thresholds = [t for text in minimum or [] for t in report.Threshold.parse(text)]
+        specs = [JudgeSpec.parse(j) for j in judge] if judge else default_judges(cfg)
+        if targets:
+            if any(v is not None for v in truth_flags.values()) or log_path or log_output:
+                raise ScoreError("give directories or the ground-truth flags, not both")
+            cases = [case for target in targets for case in cases_from_path(target, shape)]
+        else:
+            missing = [flag for flag, v in truth_flags.items() if v is None]
+            if missing:
+                raise ScoreError(
+                    "nothing to score: give session/experiment directories, or "
+                    f"{', '.join(truth_flags)} (missing: {', '.join(missing)})"
+                )
+            assert fault_type is not None and rank is not None
+            assert iteration is not None and nodes is not None
+            cases = [
+                flags_case(
+                    fault_type=fault_type,
+                    rank=rank,
+                    iteration=iteration,
+                    nodes=nodes,
+                    run_valid=parse_bool(run_valid, "--run-valid"),
+                    shape=shape,
+                    log_path=log_path,
+                    log_output=log_output,
+                    fr_output=fr_output,
+                )
+            ]
+        judges = build_judges(
+            specs,
+            cfg,
+            warn=warn,
+        )
+    except (ScoreError, PoolError) as exc:  # PoolError: a session's journal that is damaged
+        raise CommandError(str(exc)) from None
+
+    verdicts = score(judges, cases)
+    label = judge_label(judges)
+    for j in judges:
+        for line in j.notes if j is not None else []:
+            note(line)
+    summary = report.summarise(verdicts, thresholds)
+    given_files = [p for p in (log_path,) if p is not None] + [
+        Path(v[1:]) for v in (log_output, fr_output) if v.startswith("@")
+    ]
+    inputs = input_paths(list(targets or []), cases, given_files)
+    for output, flag in ((junit_path, "--junit"), (markdown_path, "--markdown")):
+        if output is not None:
+            refuse_overwriting(output, inputs, flag)
+    try:
+        if junit_path is not None:
+            junit_path.write_text(report.junit(cases, verdicts, label), encoding="utf-8")
+        if markdown_path is not None:
+            markdown_path.write_text(report.markdown(cases, verdicts), encoding="utf-8")
+    except OSError as exc:
+        raise CommandError(f"cannot write {exc.filename}: {exc.strerror}") from None
+    if as_json:
+        doc = report.as_json(cases, verdicts, summary, label)
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        render(stdout(), cases, verdicts, summary, label)
+    return summary.exit_code

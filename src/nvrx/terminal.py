@@ -1,0 +1,67 @@
+"""What every command shares on the terminal: its one-line error, its notes and warnings, and
+the two consoles, created on first use (rich is imported only by a command that prints with it).
+
+A command of a package raises `CommandError` for what the user must fix (or for what failed, with
+exit 1); `nvrx.cli.main` prints it as `nvrx: error: ...` and exits with its code. User text
+prints literally: no rich markup or emoji codes (a pool entry `SIGKILL:-1:5:2` must not read as
+a thumbs-down emoji), and every value from outside goes through `printable`.
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import cache
+from typing import TYPE_CHECKING
+
+from nvrx.display import printable
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+class CommandError(Exception):
+    """One line for the user and the exit code: 2 bad input (the default), 1 a failure."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@cache
+def stdout() -> Console:
+    """The console of results. Piped output is read by grep and scripts: never fold it at
+    rich's default 80 columns."""
+    from rich.console import Console
+
+    return Console(
+        highlight=False,
+        markup=False,
+        emoji=False,
+        soft_wrap=True,
+        width=None if sys.stdout.isatty() else 240,
+    )
+
+
+@cache
+def stderr() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, markup=False, emoji=False, soft_wrap=True)
+
+
+def say(message: str) -> None:
+    """A line of a command's own text on stdout (its values already made printable)."""
+    sys.stdout.write(message + "\n")
+
+
+def note(message: str, prefix: str = "note: ") -> None:
+    """One line on stderr: what the user should know, not an error."""
+    sys.stderr.write(f"{prefix}{printable(message)}\n")
+
+
+def warn(message: str) -> None:
+    note(message, "nvrx: warning: ")
+
+
+def error_line(message: str) -> None:
+    note(message, "nvrx: error: ")

@@ -1,0 +1,132 @@
+"""`nvrx watch`: resolve the chain, then one pass (cron) or a pass every `watch.interval`
+seconds, each printed as a screen or one JSON object."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from nvrx.config import load_for_command
+from nvrx.display import printable
+from nvrx.terminal import CommandError
+
+
+@dataclass(frozen=True)
+class WatchRequest:
+    """What the command line asked for, beyond the settings its flags set."""
+
+    job_id: str | None = None
+    work_dir: Path | None = None
+    job_name: str | None = None
+    user: str | None = None
+    cycle_info_glob: str | None = None
+    checkpoint_iteration_file: str | None = None
+    max_restarts: int | None = None
+    act: bool = False
+    dry_run: bool = False
+    as_json: bool = False
+    list_detectors: bool = False
+
+
+def list_detectors() -> None:
+    from nvrx.watch.detectors import DETECTORS
+
+    for name, fn in DETECTORS.items():
+        doc = (fn.__doc__ or "").strip().splitlines()
+        sys.stdout.write(f"{name:22} {doc[0] if doc else ''}\n")
+
+
+def _blind(message: str, as_json: bool) -> int:
+    """A pass that saw nothing: one line (and a JSON object with --json), exit 1."""
+    from nvrx.watch.output import JSON_SCHEMA
+
+    sys.stderr.write(f"nvrx: watch: {printable(message)}\n")
+    if as_json:
+        doc = {"schema": JSON_SCHEMA, "exit_code": 1, "degraded": True, "error": message}
+        sys.stdout.write(json.dumps(doc) + "\n")
+        sys.stdout.flush()
+    return 1
+
+
+def watch(
+    request: WatchRequest,
+    *,
+    flags: Mapping[str, tuple[object, str]],
+    config: Path | None,
+    env_file: Path | None,
+    sets: list[str] | None,
+) -> int:
+    """Run the watcher; its exit code: 0 clean, 1 degraded (blind), 2 critical."""
+    if request.list_detectors:
+        list_detectors()
+        return 0
+    from nvrx.slurm import Slurm
+    from nvrx.watch.detectors import DETECTORS
+    from nvrx.watch.output import pass_json, print_pass
+    from nvrx.watch.resolve import Overrides, WatchBlind, WatchError, resolve
+    from nvrx.watch.run import Watcher
+
+    loaded = load_for_command(config, env_file, sets, flags)
+    settings = loaded.config.watch
+    unknown = set(settings.disable) - set(DETECTORS)
+    if unknown:
+        raise CommandError(f"unknown detector(s) in disable: {', '.join(sorted(unknown))}")
+    slurm = Slurm(loaded.config.slurm) if settings.platform == "slurm" else None
+    over = Overrides(
+        job_id=request.job_id,
+        work_dir=request.work_dir,
+        job_name=request.job_name,
+        user=request.user,
+        cycle_info_glob=request.cycle_info_glob,
+        checkpoint_file=request.checkpoint_iteration_file,
+        platform=settings.platform,
+        max_restarts=request.max_restarts,
+        # For a chain without a manifest (whose own code wins): the site's launcher setting.
+        no_restart_exit_code=loaded.config.chain.no_restart_exit_code,
+    )
+    code = 0
+    watcher: Watcher | None = None
+    try:
+        while True:
+            if watcher is None:
+                try:
+                    target = resolve(over, slurm, settings, dry_run=request.dry_run)
+                except WatchBlind as exc:
+                    # Slurm does not answer: blind (exit 1), not misconfigured; a loop retries.
+                    code = _blind(str(exc), request.as_json)
+                except WatchError as exc:
+                    raise CommandError(str(exc)) from None
+                else:
+                    watcher = Watcher(
+                        target,
+                        settings,
+                        slurm,
+                        host=socket.gethostname(),
+                        act=request.act,
+                        dry_run=request.dry_run,
+                    )
+            if watcher is not None:
+                try:
+                    result = watcher.run_pass()
+                except OSError as exc:
+                    # A pass that breaks (state dir unusable, ...) is a blind pass, and a cron
+                    # or --interval loop must keep going.
+                    code = _blind(f"pass failed: {exc}", request.as_json)
+                else:
+                    code = result.exit_code
+                    if request.as_json:
+                        sys.stdout.write(json.dumps(pass_json(result)) + "\n")
+                        sys.stdout.flush()
+                    else:
+                        print_pass(result, sys.stdout, color=sys.stdout.isatty())
+            if settings.interval is None:
+                break
+            time.sleep(settings.interval)
+    except KeyboardInterrupt:
+        pass
+    return code
