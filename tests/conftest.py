@@ -38,3 +38,29 @@ def shared_dir() -> Iterator[Path]:
     path.mkdir(parents=True)
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+# Tests that share one outside service run in one xdist worker, one after another: the cluster
+# tests (their jobs and nodes are the cluster's; some stop and start its controller) and the
+# tests against the one local judge server (a single small model: concurrent calls only slow
+# each other past their deadlines). Every other test runs wherever a worker is free (`-n auto`,
+# pyproject.toml). The groups are chosen by path here, not by xdist's `xdist_group` mark, which
+# pytest 9 no longer passes on to xdist's scheduler.
+SERVICE_GROUPS = {"tests/slurm/": "slurm", "tests/test_logsage.py": "llm",
+                  "tests/test_score_server.py": "llm"}  # fmt: skip
+
+
+def service_group(nodeid: str) -> str | None:
+    return next((g for prefix, g in SERVICE_GROUPS.items() if nodeid.startswith(prefix)), None)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+    class ServiceGroups(LoadScopeScheduling):  # type: ignore[misc]
+        """One scope per service group; every other test is a scope of its own."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return service_group(nodeid) or nodeid
+
+    return ServiceGroups(config, log)

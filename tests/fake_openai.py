@@ -52,7 +52,10 @@ class LoopbackServer:
     def __init__(self) -> None:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # A short poll: shutdown() waits for the loop to notice, and every test stops a server.
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         raise NotImplementedError

@@ -18,18 +18,12 @@ from nvrx.chain.manifest import (
 from nvrx.chain.shape import ChainError
 from nvrx.config import ENV_NAMES
 
+from .cli_runner import clean_environ
+from .cli_runner import nvrx as nvrx_in_process
+
 
 def nvrx(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ENV_NAMES and not k.startswith("NVRX_")}
-    env["HOME"] = str(cwd)
-    return subprocess.run(
-        [sys.executable, "-m", "nvrx.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        check=False,
-    )
+    return nvrx_in_process(*args, env=clean_environ({"HOME": str(cwd)}), cwd=cwd)
 
 
 REHEARSAL = ["--launcher", "/bin/true", "--set", "chain.train_command=/bin/true"]

@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 
 import nvrx
-from nvrx.config import ENV_NAMES
+
+from .cli_runner import clean_environ
+from .cli_runner import nvrx as nvrx_in_process
 
 NVRX = [sys.executable, "-m", "nvrx.cli"]
 
@@ -16,15 +18,11 @@ def run(
     *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     # Nothing from the developer's environment may leak in (TIME, ACCOUNT, POOL, NVRX_*...).
-    base = {k: v for k, v in os.environ.items() if k not in ENV_NAMES and not k.startswith("NVRX_")}
-    base.update(env or {})
-    return subprocess.run(
-        [*NVRX, *args], capture_output=True, text=True, env=base, cwd=cwd, check=False
-    )
+    return nvrx_in_process(*args, env=clean_environ(env), cwd=cwd)
 
 
-def test_version() -> None:
-    proc = run("--version")
+def test_version_from_a_real_process() -> None:
+    proc = subprocess.run([*NVRX, "--version"], capture_output=True, text=True, check=False)
     assert proc.returncode == 0
     assert proc.stdout.strip() == f"nvrx {nvrx.__version__}"
 

@@ -204,24 +204,22 @@ def test_an_answer_that_is_not_logsages_is_an_analysis_error(doc: object) -> Non
 def test_logsage_without_the_package_or_with_a_bad_python_is_refused_before_any_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nvrx.campaign.pool import PoolError
-    from nvrx.inject.analysis import Analyzers
+    from nvrx.inject.analysis import AnalyserSetupError, Analyzers
 
     monkeypatch.delenv("NVRX_LOGSAGE_SCRIPT", raising=False)
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
-    with pytest.raises(PoolError, match="pip install logsage"):
+    with pytest.raises(AnalyserSetupError, match="pip install logsage"):
         Analyzers.from_config(_logsage_config(tmp_path), 2)  # type: ignore[arg-type]
     text = tmp_path / "python"
     text.write_text("not a program")
-    with pytest.raises(PoolError, match=f"not an executable file: {text}"):
+    with pytest.raises(AnalyserSetupError, match=f"not an executable file: {text}"):
         Analyzers.from_config(_logsage_config(tmp_path, **{"inject.logsage_python": str(text)}), 2)  # type: ignore[arg-type]
 
 
 def test_logsage_at_a_remote_endpoint_needs_a_key_but_a_loopback_one_does_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nvrx.campaign.pool import PoolError
-    from nvrx.inject.analysis import Analyzers
+    from nvrx.inject.analysis import AnalyserSetupError, Analyzers
 
     monkeypatch.delenv("NVRX_LOGSAGE_SCRIPT", raising=False)
     monkeypatch.delenv("NVIDIA_API_KEY", raising=False)
@@ -229,7 +227,7 @@ def test_logsage_at_a_remote_endpoint_needs_a_key_but_a_loopback_one_does_not(
     remote = _logsage_config(
         tmp_path, **python, **{"inject.llm_base_url": "https://llm.example/v1"}
     )
-    with pytest.raises(PoolError, match="needs an API key"):
+    with pytest.raises(AnalyserSetupError, match="needs an API key"):
         Analyzers.from_config(remote, 2)  # type: ignore[arg-type]
     local = _logsage_config(tmp_path, **python, **{"inject.llm_base_url": "http://127.0.0.1:9/v1"})
     assert Analyzers.from_config(local, 2).log_name == "logsage"  # type: ignore[arg-type]

@@ -18,8 +18,8 @@ from nvrx.campaign.pool import (
     pool_entries,
     split_pool,
 )
-from nvrx.campaign.session import Journal, JournalError, replay
-from nvrx.inject.workloads import find_workload, load_registry
+from nvrx.campaign.session import Journal, JournalError, SessionError, replay
+from nvrx.inject.workloads import WorkloadError, find_workload, load_registry
 
 
 def build(entries: list[str], **kw: object) -> list[Experiment]:
@@ -99,7 +99,7 @@ def test_every_named_pool_fits_its_workload() -> None:
             min_nodes=w.min_nodes,
             workload=name,
         )
-    with pytest.raises(PoolError, match="unknown workload 'nope' \\(known: cpu_fault_demo"):
+    with pytest.raises(WorkloadError, match="unknown workload 'nope' \\(known: cpu_fault_demo"):
         find_workload("nope", registry)
 
 
@@ -204,7 +204,9 @@ def test_a_damaged_line_in_the_middle_is_an_error_unless_forced(tmp_path: Path) 
 def test_a_workload_that_is_not_a_mapping_is_a_one_line_error(tmp_path: Path, body: str) -> None:
     extra = tmp_path / "workloads.yaml"
     extra.write_text(f"foo: {body}\n")
-    with pytest.raises(PoolError, match=f"workload 'foo' in {extra} must be a mapping of settings"):
+    with pytest.raises(
+        WorkloadError, match=f"workload 'foo' in {extra} must be a mapping of settings"
+    ):
         load_registry(extra)
 
 
@@ -212,7 +214,7 @@ def test_a_workload_that_is_not_a_mapping_is_a_one_line_error(tmp_path: Path, bo
 def test_a_journal_without_a_usable_campaign_spec_is_a_pool_error(spec: object) -> None:
     from nvrx.inject.run import CampaignSpec
 
-    with pytest.raises(PoolError, match="the session's journal has"):
+    with pytest.raises(SessionError, match="the session's journal has"):
         CampaignSpec.from_json(spec)
 
 
@@ -318,5 +320,5 @@ def test_upstreams_workloads_conf_is_a_registry(tmp_path: Path) -> None:
 def test_a_bad_workloads_conf_line_is_named(tmp_path: Path, line: str, says: str) -> None:
     conf = tmp_path / "workloads.conf"
     conf.write_text(line + "\n")
-    with pytest.raises(PoolError, match=f"workloads.conf line 1.*{says}|{says}"):
+    with pytest.raises(WorkloadError, match=f"workloads.conf line 1.*{says}|{says}"):
         load_registry(conf)

@@ -26,6 +26,7 @@ from nvrx.inject.report import (
 from nvrx.inject.run import CampaignSpec, record_session
 from nvrx.score.model import DIMENSIONS
 
+from .cli_runner import nvrx as nvrx_in_process
 from .conftest import CPU_FAULT_DEMO, SCORE_DEMO
 
 PASS = {
@@ -254,9 +255,7 @@ def test_rerun_failing_plans_a_session_of_the_failing_experiments(tmp_path: Path
 
 
 def nvrx(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nvrx.cli", *args], capture_output=True, text=True, check=False
-    )
+    return nvrx_in_process(*args, env=dict(os.environ))
 
 
 def test_the_stop_condition_is_not_met_by_a_session_that_did_not_finish_or_ran_other_experiments(

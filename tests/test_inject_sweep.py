@@ -3,8 +3,8 @@ the session's results, and `--iters` expands the iteration dimension."""
 
 from __future__ import annotations
 
+import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +12,7 @@ import pytest
 from nvrx.campaign.pool import at_iterations
 from nvrx.inject.sweep import WIDER, next_iteration
 
+from .cli_runner import nvrx as nvrx_in_process
 from .conftest import CPU_FAULT_DEMO
 from .test_inject_report import session_with, verdict
 
@@ -20,10 +21,7 @@ NODE_ONLY = verdict(fr_rank_correct="node")  # passes the four text dimensions
 
 
 def nvrx(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nvrx.cli", *args], capture_output=True, text=True, check=False,
-        cwd=cwd,
-    )  # fmt: skip
+    return nvrx_in_process(*args, env=dict(os.environ), cwd=cwd)
 
 
 def test_each_entry_at_each_iteration_in_pool_order_once() -> None:

@@ -8,7 +8,6 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from nvrx.campaign.pool import Experiment, FaultType
 from nvrx.campaign.session import Session
 from nvrx.inject.run import CampaignSpec, record_session
 
+from .cli_runner import nvrx as nvrx_in_process
 from .fake_openai import GOOD_ANSWER, FakeOpenAI, Reply
 
 KEY = "sk-live-NEVER-PRINT-ME-9f8e7d"
@@ -38,15 +38,7 @@ def nvrx(
     }
     base.update({"HOME": str(cwd), "NVRX_SCORE_CACHE_DIR": str(cwd / "judge-cache")})
     base.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "nvrx.cli", "score", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=base,
-        check=False,
-        timeout=timeout,
-    )
+    return nvrx_in_process("score", *args, env=base, cwd=cwd)
 
 
 def make_session(

@@ -16,16 +16,14 @@ from typing import Any
 
 import pytest
 
-from nvrx.watch import cycles
+from nvrx.watch import cyclecache, cycles
+from nvrx.watch.cyclecache import CycleCache
+from nvrx.watch.cycleformat import REQUIRED_KEYS, CycleParseError, parse_cycle_info
 from nvrx.watch.cycles import (
     REASON_BAD_NAME,
     REASON_CURRENT,
     REASON_SYMLINK,
     REASON_TMP,
-    REQUIRED_KEYS,
-    CycleCache,
-    CycleParseError,
-    parse_cycle_info,
     read_cycles,
 )
 from nvrx.watch.model import CycleInfo, SkippedFile
@@ -676,7 +674,7 @@ def test_second_pass_parses_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert (stats1.parsed, stats1.cached, stats1.cache_written) == (5, 0, True)
     assert cache_path.exists()
 
-    monkeypatch.setattr(cycles, "_parse", fail_parse)
+    monkeypatch.setattr(cycles, "parse_record", fail_parse)
     monkeypatch.setattr(cycles, "_read_capped", fail_parse)
     second, skipped, stats2 = read_cycles([str(tmp_path / "d")], CycleCache(cache_path))
     assert second == first
@@ -869,7 +867,7 @@ def test_cache_file_format(tmp_path: Path) -> None:
             ]
         },
     }
-    assert len(cycles.CACHE_FIELDS) == len(data["entries"][str(path)]) - 3
+    assert len(cyclecache.CACHE_FIELDS) == len(data["entries"][str(path)]) - 3
 
 
 def test_a_cache_that_cannot_be_saved_does_not_fail_the_pass(tmp_path: Path) -> None:
@@ -1028,7 +1026,7 @@ def test_an_unchanged_directory_is_listed_again_after_the_listing_ttl(
     aged_files(tmp_path / "d", 2)
     cache_path = tmp_path / "cache.json"
     read_cycles([str(tmp_path / "d")], CycleCache(cache_path))
-    monkeypatch.setattr(cycles, "LISTING_TTL_NS", -1)
+    monkeypatch.setattr(cyclecache, "LISTING_TTL_NS", -1)
     listed: list[str] = []
     real = os.scandir
 

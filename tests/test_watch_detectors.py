@@ -17,6 +17,7 @@ from nvrx.slurm import ExitStatus, JobState
 from nvrx.watch import detectors
 from nvrx.watch.detectors import DETECTORS, degraded, run_detectors
 from nvrx.watch.model import (
+    CancelPending,
     ChainRef,
     Checkpoint,
     CounterDrop,
@@ -513,6 +514,7 @@ def orphan_platform(
 def test_orphan_fires_once_grace_has_passed_since_task0_ended() -> None:
     found = detectors.orphaned_generation(snap(platform=orphan_platform(ended=120)), DEFAULT)
     assert keys(found) == ["nvrx-orphan-200"]
+    assert found[0].action == CancelPending("200")  # what --act cancels: that generation
     assert found[0].command == ("scancel", "--state=PENDING", "200")
     assert found[0].severity is Severity.WARNING
     assert found[0].evidence["pending"] == 2
@@ -867,7 +869,7 @@ def nvrx_cycle_file(cycle_number: int, start: str, end: str, active: str) -> str
 
 
 def test_detectors_read_cycles_parsed_from_nvrx_files() -> None:
-    from nvrx.watch.cycles import parse_cycle_info
+    from nvrx.watch.cycleformat import parse_cycle_info
 
     texts = [
         nvrx_cycle_file(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -16,7 +15,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from nvrx.config import ENV_NAMES
+from .cli_runner import clean_environ
+from .cli_runner import nvrx as nvrx_in_process
 
 
 def cycle_file(work: Path, job: str, cycle: int, start: datetime, end: datetime | None) -> None:
@@ -68,16 +68,7 @@ def nvrx_watch(
     *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     """`nvrx watch ARGS`, with no nvrx setting from the developer's environment."""
-    base = {k: v for k, v in os.environ.items() if k not in ENV_NAMES and not k.startswith("NVRX_")}
-    return subprocess.run(
-        [sys.executable, "-m", "nvrx.cli", "watch", *args],
-        capture_output=True,
-        text=True,
-        env={**base, **(env or {})},
-        cwd=cwd,
-        timeout=60,
-        check=False,
-    )
+    return nvrx_in_process("watch", *args, env=clean_environ(env), cwd=cwd)
 
 
 def watch(
@@ -111,7 +102,7 @@ class Hook(BaseHTTPRequestHandler):
 def hook() -> Iterator[str]:
     Hook.received, Hook.status = [], 200
     server = HTTPServer(("127.0.0.1", 0), Hook)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
     yield f"http://127.0.0.1:{server.server_port}/nvrx"
     server.shutdown()
 
@@ -225,7 +216,7 @@ class Beat(BaseHTTPRequestHandler):
 def beat() -> Iterator[str]:
     Beat.hits = []
     server = HTTPServer(("127.0.0.1", 0), Beat)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
     yield f"http://127.0.0.1:{server.server_port}/beat"
     server.shutdown()
 

@@ -28,7 +28,7 @@ from nvrx.config import FIELDS, SECTIONS, ConfigError
 from nvrx.config.shellwords import parse_env_file
 from nvrx.config.yamlfile import read_yaml_file
 from nvrx.score.prompt import AnswerError, parse_answer
-from nvrx.watch.cycles import REQUIRED_KEYS, CycleParseError, parse_cycle_info
+from nvrx.watch.cycleformat import REQUIRED_KEYS, CycleParseError, parse_cycle_info
 
 from ..test_watch_run import cycle_file
 from .harness import (

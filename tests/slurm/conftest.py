@@ -69,9 +69,13 @@ def job_name(slurm: Slurm) -> Iterator[str]:
 
 
 def wait_for(
-    probe: Callable[[], Any], *, timeout: float = 60.0, interval: float = 0.5, what: str = ""
+    probe: Callable[[], Any], *, timeout: float = 180.0, interval: float = 0.5, what: str = ""
 ) -> Any:
-    """Poll `probe` until it returns something truthy (and return that); fail on timeout."""
+    """Poll `probe` until it returns something truthy (and return that); fail on timeout.
+
+    Deadlines are generous: the cluster shares this machine's cores with the unit tests, which
+    run beside the cluster tests (xdist), and a deadline only bounds a hang, it never slows a
+    test that passes."""
     deadline = time.monotonic() + timeout
     while True:
         value = probe()

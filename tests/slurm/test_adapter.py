@@ -75,7 +75,7 @@ def test_an_array_lists_one_row_per_task_with_its_array_id(slurm: Slurm, job_nam
         done = [r for r in acct if r.state is JobState.COMPLETED and r.task_id is not None]
         return done if len(done) == 4 else None
 
-    done = wait_for(all_done, timeout=90, what="4 completed tasks in sacct")
+    done = wait_for(all_done, timeout=180, what="4 completed tasks in sacct")
     assert sorted(r.task_id for r in done) == [0, 1, 2, 3]
 
 
@@ -98,7 +98,7 @@ def test_a_singleton_array_waits_for_its_namesake(slurm: Slurm, job_name: str) -
     poller = StatePoller(slurm, min_interval=0)
     final = wait_for(
         lambda: (p := poller.poll([first.job_id, second.job_id])).jobs[second.job_id].final and p,
-        timeout=90,
+        timeout=180,
         what="second generation final",
     )
     first_end = max(t.end for t in final.jobs[first.job_id].tasks if t.end)

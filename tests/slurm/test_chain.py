@@ -147,7 +147,7 @@ def test_a_worker_failure_is_a_new_cycle_not_a_new_generation(
         "chain.fault_delay=3",
     )
     (generation,) = [g["job_id"] for g in doc["generations"]]
-    wait_for(lambda: cycle_info(work, generation, 1), timeout=90, what="cycle 1")
+    wait_for(lambda: cycle_info(work, generation, 1), timeout=180, what="cycle 1")
     closed = cycle_info(work, generation, 0)
     assert closed is not None and closed["cycle_end_time"] != "" and closed["generation"] == "1"
     task0 = [r for r in slurm.queue([generation]) if r.task_id == 0]
@@ -187,7 +187,7 @@ def test_losing_task_0_hands_off_to_the_next_generation_which_resumes(
 
     wait_for(
         lambda: any(r.state is JobState.RUNNING for r in slurm.queue([second])),
-        timeout=60,
+        timeout=180,
         what="generation 2 running",
     )
 
@@ -393,7 +393,7 @@ def test_a_generation_that_hits_its_time_limit_hands_off(slurm: Slurm, work_root
     assert (work / "nvrx" / first / "control" / "rdzv_closed").exists()
     wait_for(
         lambda: any(r.state is JobState.RUNNING for r in slurm.queue([second])),
-        timeout=60,
+        timeout=180,
         what="generation 2 running",
     )
     acct = wait_for(lambda: slurm.accounting([first]), what="generation 1 in sacct")

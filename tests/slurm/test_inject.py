@@ -206,7 +206,7 @@ def test_a_killed_driver_resumes_without_losing_or_repeating_an_experiment(
 
     # A job that ends before slurmdbd stored its submission is briefly a record named
     # "allocation" (the driver needs only its state and end, which are right); wait for names.
-    assert wait_for(session_jobs, timeout=60, what="the session's job names in sacct") == expected
+    assert wait_for(session_jobs, timeout=180, what="the session's job names in sacct") == expected
     # A driver killed during analysis lost no row and doubled none.
     assert_report_matches_journal(session, 5)
 
@@ -253,7 +253,7 @@ def test_a_controller_outage_never_ends_an_experiment_early(
                 (base / "fault_injection").exists()
                 and sum(e["event"] == "submitted" for e in journal(session_of(base))) == 2
             ),
-            timeout=60,
+            timeout=180,
             what="both experiments submitted",
         )
     except BaseException:

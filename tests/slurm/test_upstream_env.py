@@ -61,7 +61,7 @@ def test_a_workload_script_sees_what_upstreams_driver_gives_it(
     assert proc.returncode == 0, proc.stderr
     normalized = subprocess.run(
         [sys.executable, str(DATA / "normalize.py"), str(run / "experiments"), str(scripts)],
-        capture_output=True, text=True, timeout=60, check=True,
+        capture_output=True, text=True, timeout=180, check=True,
     )  # fmt: skip
     ours = json.loads(normalized.stdout)
     upstream = json.loads((DATA / "upstream.json").read_text())

@@ -16,8 +16,14 @@ from pathlib import Path
 from nvrx.files import InputError, read_bounded
 
 
-class PoolError(ValueError):
-    """A pool entry or pool source is invalid; one line naming it."""
+class CampaignError(ValueError):
+    """Something a campaign needs cannot be used: one line naming it. Its kinds say what failed:
+    a pool (PoolError), a session or its journal (SessionError, JournalError), a workload
+    (WorkloadError), an analyser's setup (AnalyserSetupError)."""
+
+
+class PoolError(CampaignError):
+    """A pool entry or pool source is invalid."""
 
 
 class FaultType(enum.StrEnum):

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from nvrx.campaign.pool import Experiment, FaultType, PoolError
+from nvrx.campaign.pool import CampaignError, Experiment, FaultType, PoolError
 from nvrx.files import InputError, read_bounded
 
 TSV_NAME = "experiments.tsv"
@@ -34,7 +34,12 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class JournalError(PoolError):
+class SessionError(CampaignError):
+    """A session directory that cannot be created or opened, or whose journal lacks what a
+    command needs."""
+
+
+class JournalError(SessionError):
     """A journal (or tracking file) line that cannot be read: named by file and line."""
 
 
@@ -339,13 +344,15 @@ class Session:
             session = cls(candidate)
             _append(session.tsv, TSV_HEADER)
             return session
-        raise PoolError(f"cannot create a session directory under {parent}")
+        raise SessionError(f"cannot create a session directory under {parent}")
 
     @classmethod
     def open(cls, directory: Path) -> Session:
         session = cls(directory)
         if not session.journal.path.is_file():
-            raise PoolError(f"{directory} is not an nvrx inject-loop session (no {JOURNAL_NAME})")
+            raise SessionError(
+                f"{directory} is not an nvrx inject-loop session (no {JOURNAL_NAME})"
+            )
         return session
 
     def state(self, *, force: bool = False) -> SessionState:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from nvrx.campaign.pool import PoolError
+from nvrx.campaign.pool import CampaignError
 from nvrx.campaign.session import Record, Session
 from nvrx.config import NvrxConfig, known_secrets, redact_text, redact_urls, secret_env_values
 from nvrx.files import (
@@ -49,6 +49,11 @@ from nvrx.score.load import (
     record_truth,
 )
 from nvrx.score.model import Verdict
+
+
+class AnalyserSetupError(CampaignError):
+    """An analyser that cannot run as configured (a missing script or interpreter, no key)."""
+
 
 STRIPPED_LOG = "stripped.log"
 VERDICT = "verdict.json"
@@ -260,16 +265,16 @@ def _logsage(config: NvrxConfig, secrets: Sequence[str]) -> LogAnalyzer:
     script = os.environ.get(LOGSAGE_SCRIPT_ENV, "")
     if script:
         if not Path(script).is_file():
-            raise PoolError(f"{LOGSAGE_SCRIPT_ENV} names no file: {script!r}")
+            raise AnalyserSetupError(f"{LOGSAGE_SCRIPT_ENV} names no file: {script!r}")
         return logsage_analyzer(Path(script), model, base_url, inj.analysis_timeout, secrets)
     if inj.logsage_python is not None:
         python = Path(inj.logsage_python)
         if not (python.is_file() and os.access(python, os.X_OK)):
-            raise PoolError(f"inject.logsage_python is not an executable file: {python}")
+            raise AnalyserSetupError(f"inject.logsage_python is not an executable file: {python}")
     elif importlib.util.find_spec("logsage") is not None:
         python = Path(sys.executable)
     else:
-        raise PoolError(
+        raise AnalyserSetupError(
             "inject.log_analyzer=logsage needs the logsage package (pip install logsage, here "
             "or in the Python that inject.logsage_python names), or NVRX_LOGSAGE_SCRIPT set to "
             "upstream's nvrx_logsage.py"
@@ -290,12 +295,12 @@ def _logsage_key(config: NvrxConfig, base_url: str) -> str:
         try:
             return read_key_file(inj.llm_api_key_file, "API key file")[0]
         except InputError as exc:
-            raise PoolError(str(exc)) from None
+            raise AnalyserSetupError(str(exc)) from None
     if key := os.environ.get("NVIDIA_API_KEY", ""):
         return key
     if is_loopback(base_url):
         return "nvrx-no-key"
-    raise PoolError(
+    raise AnalyserSetupError(
         f"inject.log_analyzer=logsage at {redact_urls(base_url)} needs an API key: set "
         "LLM_API_KEY, LLM_API_KEY_FILE or NVIDIA_API_KEY"
     )
@@ -326,7 +331,7 @@ class Analyzers:
             log = _logsage(config, secrets)
         if inj.fr_analyzer == "nvrx-fr":
             if importlib.util.find_spec("nvidia_resiliency_ext") is None:
-                raise PoolError(
+                raise AnalyserSetupError(
                     "inject.fr_analyzer=nvrx-fr needs the nvidia-resiliency-ext package installed"
                 )
             fr = upstream_fr_analyzer(inj.analysis_timeout, secrets)

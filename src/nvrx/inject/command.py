@@ -48,7 +48,7 @@ def inject_loop(
 ) -> int:
     """Run (or resume, re-run, re-analyse, list) a campaign. Returns the exit code: 0 done, 1 a
     failure, 3 an experiment unscored after re-analysis, 130 interrupted."""
-    from nvrx.campaign.pool import PoolError
+    from nvrx.campaign.pool import CampaignError
     from nvrx.campaign.session import Session, SessionState
     from nvrx.inject.analysis import Analyst, Analyzers, Judge
     from nvrx.inject.output import (
@@ -103,7 +103,7 @@ def inject_loop(
     if rerun_failing is not None:
         try:
             old = Session.open(rerun_failing).state()
-        except PoolError as exc:
+        except CampaignError as exc:
             raise CommandError(str(exc)) from None
 
     flags = {
@@ -121,7 +121,7 @@ def inject_loop(
     if old is not None:
         try:
             entries = failing_entries(report_rows(old), cfg.stop_dimensions)
-        except PoolError as exc:
+        except CampaignError as exc:
             raise CommandError(str(exc)) from None
         if not entries:
             counted = ", ".join(cfg.stop_dimensions)
@@ -185,7 +185,7 @@ def inject_loop(
                 return 0
             tools = analysis(plan.spec.gpus_per_node)
             session = start_session(plan, loaded, sys.argv, home, size)
-    except (PoolError, SlurmValueError, ScoreError) as exc:
+    except (CampaignError, SlurmValueError, ScoreError) as exc:
         raise CommandError(str(exc)) from None
     except SlurmError as exc:
         raise CommandError(str(exc), 1) from None
@@ -243,14 +243,14 @@ def next_iteration(
 ) -> int:
     """`--next SESSION`: the next iteration's pool on stdout (for `--pool "$(...)"`), why on
     stderr."""
-    from nvrx.campaign.pool import PoolError
+    from nvrx.campaign.pool import CampaignError
     from nvrx.inject.sweep import next_iteration as sweep_next
 
     dimensions = load_for_command(config, env_file, sets).config.inject.stop_dimensions
     try:
         open_session(session_dir.resolve(), False)
         step = sweep_next(session_dir.resolve(), dimensions)
-    except PoolError as exc:
+    except CampaignError as exc:
         raise CommandError(str(exc)) from None
     stderr().print(f"iteration {step.iteration}: {step.why}")
     if step.entries:
@@ -304,14 +304,14 @@ def finish_report(
 ) -> tuple[list[Any], tuple[bool, str]]:
     """Rebuild the session's report from its journal, say where it is; its rows and stop
     condition."""
-    from nvrx.campaign.pool import PoolError
+    from nvrx.campaign.pool import CampaignError
     from nvrx.inject.report import write_reports
 
     try:
         paths, rows, (met, why) = write_reports(
             session_dir, force=force, **({"dimensions": dimensions} if dimensions else {})
         )
-    except PoolError as exc:
+    except CampaignError as exc:
         raise CommandError(str(exc)) from None
     except OSError as exc:
         raise CommandError(f"cannot write the report in {session_dir}: {exc.strerror}", 1) from None

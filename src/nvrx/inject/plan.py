@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nvrx.campaign.pool import Pool, PoolError, at_iterations, build_pool, pool_entries
-from nvrx.campaign.session import Record, Session, SessionState
+from nvrx.campaign.pool import Pool, at_iterations, build_pool, pool_entries
+from nvrx.campaign.session import Record, Session, SessionError, SessionState
 from nvrx.config import LoadedConfig
 from nvrx.inject.run import SITE_VARIABLES, CampaignSpec, experiment_options, record_session
-from nvrx.inject.workloads import Workload, find_workload, load_registry
+from nvrx.inject.workloads import Workload, WorkloadError, find_workload, load_registry
 from nvrx.slurm import Slurm
 
 
@@ -69,14 +69,14 @@ def make_plan(
     workload, gpn = resolved.workload, resolved.gpus_per_node
     script = cfg.sbatch_script or workload.script
     if script is None:
-        raise PoolError(
+        raise WorkloadError(
             f"workload {workload.name} has no sbatch script: point inject.workloads_file at "
             "upstream's scripts/workloads.conf, or set inject.sbatch_script (--sbatch-script, "
             "SBATCH_SCRIPT)"
         )
     script = Path(script).expanduser().resolve()
     if not script.is_file():
-        raise PoolError(f"sbatch script {script} not found (workload {workload.name})")
+        raise WorkloadError(f"sbatch script {script} not found (workload {workload.name})")
     # What upstream's driver exports to every job, set or empty, and the cache-staging
     # variables only when set here (upstream's workload scripts read those from user.env).
     site = {
@@ -178,8 +178,8 @@ def rerun_plan(old: Path, state: SessionState, entries: Sequence[str]) -> Plan:
     compare)."""
     try:
         spec = CampaignSpec.from_json(state.info.get("spec"))
-    except PoolError as exc:
-        raise PoolError(f"{old}: {exc}") from None
+    except SessionError as exc:
+        raise SessionError(f"{old}: {exc}") from None
     workload = Workload(
         name=spec.workload, script=Path(spec.script), gpus_per_node=spec.gpus_per_node
     )

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nvrx.campaign.pool import PoolError
+from nvrx.campaign.pool import CampaignError
 from nvrx.campaign.session import Record, Session, SessionState
 from nvrx.config import STOP_DIMENSIONS
 from nvrx.score import report as score_report
@@ -296,7 +296,7 @@ def rows_and_stop(
         return current, stop_condition(current, None, dimensions)
     try:
         previous = session_rows(older)
-    except PoolError as exc:
+    except CampaignError as exc:
         return current, (False, f"the previous session cannot be read: {exc}")
     return current, stop_condition(current, previous, dimensions)
 

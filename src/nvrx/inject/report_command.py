@@ -14,7 +14,7 @@ def report_command(args: list[str], as_json: bool, force: bool) -> int:
     """`SESSION` or `diff OLD NEW`. Returns 1 when a cell regressed (diff), else 0."""
     from rich.text import Text
 
-    from nvrx.campaign.pool import PoolError
+    from nvrx.campaign.pool import CampaignError
     from nvrx.inject import report
     from nvrx.inject.command import open_session
     from nvrx.score.report import percent, summarise
@@ -23,7 +23,7 @@ def report_command(args: list[str], as_json: bool, force: bool) -> int:
         try:
             open_session(Path(path), force)
             return report.session_rows(Path(path).resolve(), force=force)
-        except PoolError as exc:
+        except CampaignError as exc:
             raise CommandError(str(exc)) from None
 
     if args[0] == "diff":
@@ -59,7 +59,7 @@ def report_command(args: list[str], as_json: bool, force: bool) -> int:
         open_session(session_dir, force)  # a clear error for what is not a session
         dimensions = load_for_command(None, None, None).config.inject.stop_dimensions
         rows, stop = report.rows_and_stop(session_dir, force=force, dimensions=dimensions)
-    except PoolError as exc:
+    except CampaignError as exc:
         raise CommandError(str(exc)) from None
     if as_json:
         sys.stdout.write(json.dumps(report.report_json(session_dir, rows, stop), indent=2) + "\n")

@@ -20,8 +20,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from nvrx.campaign.pool import Experiment, PoolError
-from nvrx.campaign.session import Record, Session, SessionState, utcnow
+from nvrx.campaign.pool import CampaignError, Experiment
+from nvrx.campaign.session import Record, Session, SessionError, SessionState, utcnow
 from nvrx.config import redact_argv
 from nvrx.inject.analysis import Analyst, ExperimentAnalysis
 from nvrx.slurm import ErrorKind, Slurm, SlurmError, SlurmValueError, SubmitOptions
@@ -57,15 +57,17 @@ class CampaignSpec:
 
     @classmethod
     def from_json(cls, data: Any) -> CampaignSpec:
-        """The spec a session's journal recorded; PoolError when it is not one."""
+        """The spec a session's journal recorded; SessionError when it is not one."""
         if not isinstance(data, dict):
-            raise PoolError("the session's journal has no campaign spec (no 'session' event)")
+            raise SessionError("the session's journal has no campaign spec (no 'session' event)")
         values = dict(data)
         values["extra_args"] = tuple(values.get("extra_args") or ())
         try:
             return cls(**values)
         except TypeError as exc:
-            raise PoolError(f"the session's journal has an unusable campaign spec: {exc}") from None
+            raise SessionError(
+                f"the session's journal has an unusable campaign spec: {exc}"
+            ) from None
 
 
 def job_name(session_id: str, index: int) -> str:
@@ -203,7 +205,7 @@ class Campaign:
                 self._poll(self.session.state())
         except KeyboardInterrupt:
             return self._interrupted()
-        except (SlurmError, SlurmValueError, PoolError) as exc:
+        except (SlurmError, SlurmValueError, CampaignError) as exc:
             self._collect(block=True)  # what ended is still analysed and journalled
             return Outcome(self.session.state(), error=str(exc))
 

@@ -18,10 +18,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from nvrx.campaign.pool import PoolError
+from nvrx.campaign.pool import CampaignError
 from nvrx.config import ConfigError, SlurmTime
 from nvrx.config.yamlfile import parse_yaml
 from nvrx.files import InputError, read_bounded
+
+
+class WorkloadError(CampaignError):
+    """A workloads registry, file or entry that cannot be used."""
 
 
 class Workload(BaseModel):
@@ -53,7 +57,7 @@ def parse_workloads_conf(text: str, source: str, base: Path) -> dict[str, Worklo
             continue
         words = line.split()
         if not 2 <= len(words) <= len(UPSTREAM_COLUMNS):
-            raise PoolError(
+            raise WorkloadError(
                 f"workloads file {source} line {no}: expected NAME SCRIPT [BASE_EXPERIMENTS_DIR "
                 f"DESCRIPTION POOL_FILE TIME], got {len(words)} column(s)"
             )
@@ -75,7 +79,7 @@ def parse_workloads_conf(text: str, source: str, base: Path) -> dict[str, Worklo
             first = exc.errors()[0]
             where = ".".join(map(str, first["loc"]))
             reason = first["msg"].removeprefix("Value error, ")
-            raise PoolError(f"workloads file {source} line {no}: {where}: {reason}") from None
+            raise WorkloadError(f"workloads file {source} line {no}: {where}: {reason}") from None
     return out
 
 
@@ -83,15 +87,15 @@ def _parse(text: str, source: str, base: Path | None) -> dict[str, Workload]:
     try:
         data: Any = parse_yaml(text, f"workloads file {source}")
     except ConfigError as exc:
-        raise PoolError(str(exc)) from None
+        raise WorkloadError(str(exc)) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise PoolError(f"workloads file {source} must map names to workloads")
+        raise WorkloadError(f"workloads file {source} must map names to workloads")
     out: dict[str, Workload] = {}
     for name, body in data.items():
         if body is not None and not isinstance(body, dict):
-            raise PoolError(f"workload {name!r} in {source} must be a mapping of settings")
+            raise WorkloadError(f"workload {name!r} in {source} must be a mapping of settings")
         fields = dict(body or {})
         script = fields.get("script")
         if isinstance(script, str) and base is not None and not Path(script).is_absolute():
@@ -99,7 +103,7 @@ def _parse(text: str, source: str, base: Path | None) -> dict[str, Workload]:
         try:
             out[str(name)] = Workload(name=str(name), **fields)
         except (ValidationError, TypeError) as exc:
-            raise PoolError(f"workload {name!r} in {source}: {exc}".splitlines()[0]) from None
+            raise WorkloadError(f"workload {name!r} in {source}: {exc}".splitlines()[0]) from None
     return out
 
 
@@ -110,9 +114,9 @@ def load_registry(extra: Path | None = None) -> dict[str, Workload]:
         try:
             extra_text = read_bounded(extra, "workloads file")[0].decode("utf-8")
         except InputError as exc:
-            raise PoolError(str(exc)) from None
+            raise WorkloadError(str(exc)) from None
         except UnicodeDecodeError as exc:
-            raise PoolError(
+            raise WorkloadError(
                 f"workloads file {extra} is not UTF-8 text (byte {exc.start})"
             ) from None
         if extra.name.endswith(".conf"):
@@ -127,4 +131,4 @@ def find_workload(name: str, registry: dict[str, Workload]) -> Workload:
         return registry[name]
     except KeyError:
         known = ", ".join(sorted(registry))
-        raise PoolError(f"unknown workload {name!r} (known: {known})") from None
+        raise WorkloadError(f"unknown workload {name!r} (known: {known})") from None

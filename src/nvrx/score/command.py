@@ -38,7 +38,7 @@ def score_command(
     set_: list[str] | None,
 ) -> int:
     """Score; returns 0 scored and every --min met, 1 a --min not met, 3 some case unscored."""
-    from nvrx.campaign.pool import PoolError
+    from nvrx.campaign.pool import CampaignError
     from nvrx.files import refuse_overwriting
     from nvrx.score import report
     from nvrx.score.load import Shape, cases_from_path, flags_case, input_paths, parse_bool
@@ -97,7 +97,7 @@ def score_command(
             cfg,
             warn=warn,
         )
-    except (ScoreError, PoolError) as exc:  # PoolError: a session's journal that is damaged
+    except (ScoreError, CampaignError) as exc:  # a damaged session or journal, a bad pool
         raise CommandError(str(exc)) from None
 
     verdicts = score(judges, cases)

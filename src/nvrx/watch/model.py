@@ -203,6 +203,19 @@ class Snapshot:
         return [c for c in self.cycles if c.job_id == job_id]
 
 
+@dataclass(frozen=True, slots=True)
+class CancelPending:
+    """The watcher's one action: cancel the pending tasks of an orphaned generation (its task 0
+    ended, so they can never train), as `scancel --state=PENDING <generation>`."""
+
+    generation: str
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        """The command an owner would run by hand (printed in observe-only mode)."""
+        return ("scancel", "--state=PENDING", self.generation)
+
+
 @dataclass(frozen=True)
 class Finding:
     """One conclusion of one detector. `key` is stable across passes and hosts (dedup, pager);
@@ -214,9 +227,14 @@ class Finding:
     summary: str
     detail: str = ""
     runbook: str = ""
-    command: tuple[str, ...] = ()  # the argv that would fix it (the one action), if any
+    action: CancelPending | None = None  # what `--act` would do about it, if anything
     evidence: dict[str, Any] = field(default_factory=dict)
     first_seen: datetime | None = None
+
+    @property
+    def command(self) -> tuple[str, ...]:
+        """The action as a command line (empty when there is none): what JSON and pagers show."""
+        return self.action.argv if self.action is not None else ()
 
     def sort_key(self) -> tuple[int, str, str]:
         return (self.severity.rank, self.detector, self.key)

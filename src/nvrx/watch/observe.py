@@ -19,12 +19,8 @@ from nvrx.display import printable
 from nvrx.files import InputError, InputTooLarge, read_bounded
 from nvrx.slurm import JobState, QueueRow, Slurm, SlurmError, SlurmValueError
 from nvrx.slurm.parse import AccountingRow
-from nvrx.watch.cycles import (
-    NOT_CYCLE_FILE_REASONS,
-    ROUTINE_SKIP_REASONS,
-    CycleCache,
-    read_cycles,
-)
+from nvrx.watch.cyclecache import CycleCache
+from nvrx.watch.cycles import NOT_CYCLE_FILE_REASONS, ROUTINE_SKIP_REASONS, read_cycles
 from nvrx.watch.model import (
     Checkpoint,
     CycleInfo,

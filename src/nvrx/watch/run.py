@@ -21,10 +21,10 @@ from nvrx.chain.shape import ChainError
 from nvrx.config import WatchSettings
 from nvrx.files import InputError, read_key_file
 from nvrx.slurm import JobState, Slurm, SlurmError
-from nvrx.watch.cycles import CycleCache
+from nvrx.watch.cyclecache import CycleCache
 from nvrx.watch.detectors import DETECTORS, run_detectors
 from nvrx.watch.detectors import degraded as is_degraded
-from nvrx.watch.model import Finding, Severity, Snapshot
+from nvrx.watch.model import CancelPending, Finding, Severity, Snapshot
 from nvrx.watch.observe import observe
 from nvrx.watch.resolve import Target, from_manifest
 from nvrx.watch.sinks import (
@@ -186,9 +186,9 @@ class Watcher:
 
     def _act(self, result: PassResult, logger: logging.Logger) -> None:
         for f in result.findings:
-            if not f.command:
+            if f.action is None:
                 continue
-            command = shlex.join(f.command)
+            command = shlex.join(f.action.argv)
             if self.dry_run:
                 line = f"[dry-run] would run: {command}"
             elif not self.act:
@@ -201,19 +201,18 @@ class Watcher:
                     f"owner should run: {command}"
                 )
             else:
-                line = self._cancel_pending(f)
+                line = self._cancel_pending(f.action)
             result.actions.append(line)
             logger.info("%s", line)
 
-    def _cancel_pending(self, f: Finding) -> str:
+    def _cancel_pending(self, action: CancelPending) -> str:
         """The one action: cancel an orphaned generation's pending tasks (idempotent; a failure
         is retried on the next pass)."""
         assert self.slurm is not None
-        generation = f.command[-1]
         try:
-            argv = self.slurm.cancel([generation], state=JobState.PENDING)
+            argv = self.slurm.cancel([action.generation], state=JobState.PENDING)
         except SlurmError as exc:
-            return f"[act] FAILED: {shlex.join(f.command)}: {exc} (next pass retries)"
+            return f"[act] FAILED: {shlex.join(action.argv)}: {exc} (next pass retries)"
         return f"[act] ran: {shlex.join(argv)}"
 
     def _alert(

@@ -1,0 +1,241 @@
+"""The NVRx cycle-info format, parsed: one file's text into a `CycleInfo` (the format:
+docs/file-contracts.md, "Cycle-info files"). Pure functions of text.
+
+Strict about what NVRx writes (protobuf JSON, every field printed): a misread cycle file turns
+into a false page, so a text that is not a complete record is a `CycleParseError` with a short
+reason, never a guess.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from nvrx.slurm.errors import SlurmParseError
+from nvrx.slurm.hostlist import expand
+from nvrx.watch.model import CycleInfo
+
+# ISO-8601 UTC as NVRx writes it (`%Y-%m-%dT%H:%M:%S.%fZ`); fraction optional, `+00:00` accepted.
+_TIME_RE = re.compile(
+    r"^([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})"
+    r"(?:\.([0-9]{1,9}))?(Z|\+00:00)\Z"
+)
+_UINT_RE = re.compile(r"^[0-9]{1,20}$")
+
+# Every field of NVRxCycleInfo, in proto order. Protobuf JSON with all fields printed means a
+# real file has every one of them; a missing one means "not NVRx" or "not finished writing".
+REQUIRED_KEYS = (
+    "job_id",
+    "attempt_index",
+    "cycle_number",
+    "cycle_start_time",
+    "cycle_end_time",
+    "cycle_log_file",
+    "active_nodes",
+    "standby_nodes",
+    "generation",
+    "active_ranks",
+)
+
+# Skip reasons that every healthy chain produces on every pass (the `.current` pointer and the
+
+
+class CycleParseError(ValueError):
+    """A cycle-info text is not a complete, well-formed NVRx cycle-info record.
+
+    The message is a short reason meant for a `SkippedFile`, without the path.
+    """
+
+
+def _uint(value: Any, key: str) -> int:
+    """A non-negative integer: a JSON number, or a numeric string (protobuf renders 64-bit
+    integers as strings, and some writers quote 32-bit ones too)."""
+    if type(value) is int and value >= 0:  # what NVRx writes: the one check on the hot path
+        return value
+    if isinstance(value, bool):
+        raise CycleParseError(f"{key}: expected a number, got a boolean")
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    elif isinstance(value, str) and _UINT_RE.match(value.strip()):
+        number = int(value.strip())
+    else:
+        raise CycleParseError(f"{key}: expected a non-negative integer, got {_show(value)}")
+    if number < 0:
+        raise CycleParseError(f"{key}: negative ({number})")
+    return number
+
+
+def _string(value: Any, key: str) -> str:
+    if not isinstance(value, str):
+        raise CycleParseError(f"{key}: expected a string, got {_show(value)}")
+    return value
+
+
+def _show(value: Any) -> str:
+    """A value for an error message: short, whatever junk it is."""
+    text = "null" if value is None else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def parse_utc(text: str, key: str = "time") -> datetime:
+    """`2025-02-05T14:30:00.123456Z` (or without the fraction, or with `+00:00`) → aware UTC.
+
+    Stricter than `datetime.fromisoformat` on purpose: a zone-less or non-UTC time is not what
+    NVRx writes, and silently reading it as local time would shift every detector window.
+    """
+    if _TIME_RE.match(text) is None:
+        raise CycleParseError(f"{key}: not an ISO-8601 UTC time: {_show(text)}")
+    # The shape is checked above; fromisoformat (C) does the arithmetic, and it reads what
+    # `_info_from_fields` reads back from the cache. A fraction past 6 digits is cut to 6.
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise CycleParseError(f"{key}: invalid date/time {_show(text)}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _hosts(expr: str) -> tuple[str, ...]:
+    """Expanded hostlist, memoised: thousands of cycle files share a handful of hostlists."""
+    return tuple(expand(expr))
+
+
+def _hostlist(value: Any, key: str) -> tuple[str, ...]:
+    expr = _string(value, key)
+    try:
+        return _hosts(expr)
+    except SlurmParseError as exc:
+        raise CycleParseError(f"{key}: bad hostlist: {exc}") from None
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    """The JSON object in `text`, telling "caught mid-write" apart from "not JSON at all"."""
+    stripped = text.strip()
+    if not stripped:
+        raise CycleParseError("empty (being written?)")
+    try:
+        data = json.loads(stripped)
+    except json.JSONDecodeError as exc:
+        # "Unterminated string" is only raised at end of input; any other error at the very
+        # end of the text means the text is a prefix of something longer.
+        if exc.msg.startswith("Unterminated string") or exc.pos >= len(stripped):
+            raise CycleParseError("incomplete JSON (truncated or being rewritten?)") from None
+        raise CycleParseError(
+            f"invalid JSON: {exc.msg} (line {exc.lineno} column {exc.colno})"
+        ) from None
+    except (ValueError, RecursionError) as exc:  # absurd integers, absurd nesting
+        raise CycleParseError(f"invalid JSON: {type(exc).__name__}") from None
+    if not isinstance(data, dict):
+        raise CycleParseError(f"not a JSON object (a {type(data).__name__})")
+    return data
+
+
+def parse_record(text: str, path: str) -> tuple[CycleInfo, list[Any]]:
+    """The record, plus the normalised fields the cache stores (`CACHE_FIELDS`; hostlists are
+    kept compressed: expanded, one chain's cache would grow with nodes x cycles)."""
+    data = _json_object(text)
+    missing = [k for k in REQUIRED_KEYS if k not in data]
+    if missing:
+        names = ", ".join(repr(k) for k in missing)
+        raise CycleParseError(f"missing key{'s' if len(missing) > 1 else ''} {names}")
+
+    raw_job = data["job_id"]
+    if isinstance(raw_job, int) and not isinstance(raw_job, bool) and raw_job >= 0:
+        job_id = str(raw_job)
+    else:
+        job_id = _string(raw_job, "job_id").strip()
+    if not job_id:
+        raise CycleParseError("job_id: empty")
+    attempt = _uint(data["attempt_index"], "attempt_index")
+    cycle = _uint(data["cycle_number"], "cycle_number")
+    start_text = _string(data["cycle_start_time"], "cycle_start_time")
+    if not start_text:
+        raise CycleParseError("cycle_start_time: empty")
+    start = parse_utc(start_text, "cycle_start_time")
+    end_text = _string(data["cycle_end_time"], "cycle_end_time")
+    # "" = open: still running, or its writer died (SIGKILL, node loss) before closing it.
+    end = parse_utc(end_text, "cycle_end_time") if end_text else None
+    if end is not None and end < start:
+        # Its duration would be negative: storms and stall windows cannot reason about it.
+        raise CycleParseError(f"cycle_end_time {end_text} is before cycle_start_time {start_text}")
+    log_file = _string(data["cycle_log_file"], "cycle_log_file")
+    active_expr = _string(data["active_nodes"], "active_nodes")
+    standby_expr = _string(data["standby_nodes"], "standby_nodes")
+    active = _hostlist(active_expr, "active_nodes")
+    standby = _hostlist(standby_expr, "standby_nodes")
+    write_count = _uint(data["generation"], "generation")
+    ranks = _string(data["active_ranks"], "active_ranks")
+
+    info = CycleInfo(
+        job_id=job_id,
+        attempt_index=attempt,
+        cycle_number=cycle,
+        start=start,
+        end=end,
+        log_file=log_file,
+        active_nodes=active,
+        standby_nodes=standby,
+        active_ranks=ranks,
+        write_count=write_count,
+        path=path,
+    )
+    fields = [
+        job_id,
+        attempt,
+        cycle,
+        start_text,  # as written: checked above, and what fromisoformat reads back
+        end_text or None,
+        log_file,
+        active_expr,
+        standby_expr,
+        ranks,
+        write_count,
+    ]
+    return info, fields
+
+
+def parse_cycle_info(text: str, path: str) -> CycleInfo:
+    """Parse one cycle-info file's text (pure; `path` is only recorded in the result).
+
+    Every NVRxCycleInfo key must be present (a missing one is named in the error); unknown extra
+    keys are ignored so a newer NVRx with more fields still reads. `generation` (the rewrite
+    counter, `CycleInfo.write_count`) may be a string or a number; an empty `cycle_end_time`
+    means open. A start time in the future is *not* an error: clock skew between the writer and
+    this host is a detector's concern, not a parse failure.
+
+    Raises CycleParseError with a short reason.
+    """
+    return parse_record(text, path)[0]
+
+
+def info_from_fields(fields: Sequence[Any], path: str) -> CycleInfo:
+    """Rebuild a record from a cache entry's fields (see CycleCache). Raises TypeError or
+    ValueError on junk, which the cache treats as a miss. Kept lean: it runs once per file on
+    every warm pass."""
+    job, attempt, cycle, start_s, end_s, log_file, active, standby, ranks, count = fields
+    if not (
+        type(job) is str
+        and type(attempt) is int
+        and type(cycle) is int
+        and type(start_s) is str
+        and (end_s is None or type(end_s) is str)
+        and type(log_file) is str
+        and type(active) is str
+        and type(standby) is str
+        and type(ranks) is str
+        and type(count) is int
+    ):
+        raise TypeError("cache entry has wrong field types")
+    start = datetime.fromisoformat(start_s)
+    end = datetime.fromisoformat(end_s) if end_s is not None else None
+    if start.tzinfo is None or (end is not None and end.tzinfo is None):
+        raise ValueError("naive time in cache entry")
+    return CycleInfo(
+        job, attempt, cycle, start, end, log_file, _hosts(active), _hosts(standby), ranks, count,
+        path,
+    )  # fmt: skip

@@ -1,0 +1,438 @@
+"""Restart-anomaly detectors: what the cycle files say (the platform only gates them)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from datetime import datetime
+
+from nvrx.config import WatchSettings
+from nvrx.watch.detectors.common import (
+    _EPS,
+    _age,
+    _current_live,
+    _duration,
+    _duration_until,
+    _human,
+    _iso,
+    _queue,
+    _queue_gate,
+)
+from nvrx.watch.model import CycleInfo, Finding, Severity, Snapshot
+
+
+def restart_storm(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
+    """Many cycles of the current generation started in a short window.
+
+    Fires when at least `storm_cycles` cycles of the current generation (the job of the latest
+    cycle) started within `storm_window` before `observed_at` (`observed_at - start <=
+    storm_window`; a start in the future counts as recent).
+
+    Improvement over upstream (after Kubernetes' crash-loop backoff reset): a long healthy
+    run resets the counter. A cycle is healthy when it ran at least `healthy_cycle_seconds`
+    (completed: end - start; the latest cycle while open: observed_at - start). Cycles that
+    started before the end of the most recent healthy cycle do not count (a start exactly at that
+    end counts; an open healthy cycle has not ended, so every cycle up to and including it is
+    discounted). The healthy cycle itself never counts. `healthy_cycle_seconds = 0` disables the
+    reset. An open cycle that is not the latest is a dead writer: its duration is unknown and it is
+    never healthy.
+    """
+    job = snap.current_job
+    if job is None:
+        return []
+    cycles = snap.cycles_of(job)
+    latest = snap.latest
+    reset_at: datetime | None = None
+    reset_by: CycleInfo | None = None
+    if cfg.healthy_cycle_seconds > 0:
+        for cycle in cycles:
+            if cycle.end is not None:
+                healthy, ended = _duration(cycle) >= cfg.healthy_cycle_seconds, cycle.end
+            elif cycle is latest:
+                healthy = _age(snap.observed_at, cycle.start) >= cfg.healthy_cycle_seconds
+                ended = snap.observed_at
+            else:
+                continue
+            if healthy and (reset_at is None or ended >= reset_at):
+                reset_at, reset_by = ended, cycle
+    counted = [
+        c
+        for c in cycles
+        if _age(snap.observed_at, c.start) <= cfg.storm_window
+        and (reset_at is None or c.start >= reset_at)
+    ]
+    if len(counted) < cfg.storm_cycles:
+        return []
+    first, last = counted[0], counted[-1]
+    reset_note = (
+        f"; counter reset at {_iso(reset_at)} after healthy cycle {reset_by.key}"
+        if reset_by is not None
+        else ""
+    )
+    return [
+        Finding(
+            detector="restart_storm",
+            severity=Severity.WARNING,
+            key=f"nvrx-restart-storm-{job}",
+            summary=(
+                f"restart storm: {len(counted)} cycles of job {job} started in the last "
+                f"{_human(cfg.storm_window)}"
+            ),
+            detail=(
+                f"cycles {first.key} … {last.key} started between {_iso(first.start)} and "
+                f"{_iso(last.start)}; threshold {cfg.storm_cycles} cycles in "
+                f"{_human(cfg.storm_window)}{reset_note}"
+            ),
+            runbook=(
+                "The job keeps restarting: read the latest cycle logs and attribution for a "
+                "recurring fault, check suspect_node findings, and stop the run if it cannot "
+                "make progress."
+            ),
+            evidence={
+                "job": job,
+                "cycles": len(counted),
+                "cycle_keys": [c.key for c in counted],
+                "storm_cycles": cfg.storm_cycles,
+                "storm_window": cfg.storm_window,
+                "reset_at": _iso(reset_at),
+            },
+        )
+    ]
+
+
+def _save_interval_note(cycles: Sequence[CycleInfo], save_interval: float | None) -> str | None:
+    """The most common cause of a stall: cycles too short to ever reach the next checkpoint."""
+    if save_interval is None or not cycles:
+        return None
+    median = statistics.median(_duration(c) for c in cycles)
+    if median >= save_interval:
+        return None
+    return (
+        f"cycles are shorter than the checkpoint save interval (median cycle "
+        f"{_human(median)} < save interval {_human(save_interval)}), so they can never advance "
+        f"the checkpoint"
+    )
+
+
+def stalled_progress(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
+    """Several cycles completed without the checkpoint advancing.
+
+    Gate: with a platform, the current generation must have a live task (silent when blind).
+    Without a checkpoint value: fires when the current generation has at least `stall_cycles`
+    completed cycles (key `nvrx-no-checkpoint-<job>`). Otherwise: fires when at least
+    `stall_cycles` completed cycles started at or after `since` = `checkpoint.first_seen`, else
+    the checkpoint mtime (silent when neither is known).
+
+    Improvement over upstream: when `checkpoint.save_interval_seconds` is known and the median
+    duration of those cycles is shorter than it, the finding says the cycles can never advance
+    the checkpoint.
+    """
+    job = snap.current_job
+    if job is None or not _queue_gate(snap, job):
+        return []
+    completed = [c for c in snap.cycles_of(job) if c.end is not None]
+    ckpt = snap.checkpoint
+    runbook = (
+        "Check that the job saves checkpoints and that the iteration file is updated; compare "
+        "the cycle length with the save interval (save more often, or fix what kills cycles)."
+    )
+    if ckpt.not_integer_since is not None:
+        # Megatron writes `release` for a released checkpoint; junk stays junk. Neither is a
+        # file caught mid-write once two passes saw it unchanged: progress cannot be watched.
+        return [
+            Finding(
+                detector="stalled_progress",
+                severity=Severity.WARNING,
+                key=f"nvrx-checkpoint-not-an-iteration-{job}",
+                summary=(
+                    f"job {job}: the checkpoint iteration file holds no iteration, so progress "
+                    "cannot be watched"
+                ),
+                detail=f"{ckpt.path}: {ckpt.error}",
+                runbook=(
+                    "Point --ft-checkpoint-iteration-file (and nvrx watch) at the file the "
+                    "training job updates with the iteration of each saved checkpoint."
+                ),
+                evidence={"job": job, "checkpoint_path": ckpt.path, "error": ckpt.error},
+            )
+        ]
+    if ckpt.value is None:
+        if ckpt.error is not None or len(completed) < cfg.stall_cycles:
+            # An unreadable file or one caught mid-write is not "no checkpoint": say nothing
+            # rather than page (the observation keeps the last value it read).
+            return []
+        why = ckpt.error or ("no file yet" if ckpt.path else "no checkpoint-iteration file known")
+        note = _save_interval_note(completed, ckpt.save_interval_seconds)
+        return [
+            Finding(
+                detector="stalled_progress",
+                severity=Severity.CRITICAL,
+                key=f"nvrx-no-checkpoint-{job}",
+                summary=(
+                    f"job {job} completed {len(completed)} cycles without any checkpoint"
+                    + (f": {note}" if note else "")
+                ),
+                detail=(
+                    f"{len(completed)} completed cycles (threshold {cfg.stall_cycles}); "
+                    f"checkpoint iteration file {ckpt.path or '-'}: {why}"
+                    + (f"; {note}" if note else "")
+                ),
+                runbook=runbook,
+                evidence={
+                    "job": job,
+                    "completed_cycles": len(completed),
+                    "stall_cycles": cfg.stall_cycles,
+                    "checkpoint_path": ckpt.path,
+                    "checkpoint_error": ckpt.error,
+                    "save_interval_seconds": ckpt.save_interval_seconds,
+                    "shorter_than_save_interval": note is not None,
+                },
+            )
+        ]
+    since = ckpt.first_seen or ckpt.mtime
+    if since is None:
+        return []
+    stuck = [c for c in completed if c.start >= since]
+    if len(stuck) < cfg.stall_cycles:
+        return []
+    note = _save_interval_note(stuck, ckpt.save_interval_seconds)
+    median = statistics.median(_duration(c) for c in stuck)
+    return [
+        Finding(
+            detector="stalled_progress",
+            severity=Severity.CRITICAL,
+            key=f"nvrx-stalled-progress-{job}-{ckpt.value}",
+            summary=(
+                f"job {job}: {len(stuck)} cycles completed without advancing the checkpoint "
+                f"past iteration {ckpt.value}" + (f"; {note}" if note else "")
+            ),
+            detail=(
+                f"checkpoint iteration {ckpt.value} unchanged since {_iso(since)}; "
+                f"{len(stuck)} completed cycles started since then (threshold "
+                f"{cfg.stall_cycles}), median cycle {_human(median)}"
+                + (f"; {note}" if note else "")
+            ),
+            runbook=runbook,
+            evidence={
+                "job": job,
+                "checkpoint_value": ckpt.value,
+                "since": _iso(since),
+                "stalled_cycles": len(stuck),
+                "cycle_keys": [c.key for c in stuck],
+                "stall_cycles": cfg.stall_cycles,
+                "median_cycle_seconds": median,
+                "save_interval_seconds": ckpt.save_interval_seconds,
+                "shorter_than_save_interval": note is not None,
+            },
+        )
+    ]
+
+
+def cycle_stalled(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
+    """The latest cycle is open and neither it nor the checkpoint moved for a long time.
+
+    Fires when the latest cycle is open AND (with a platform) its generation has a live task AND
+    `observed_at - max(cycle start, checkpoint mtime) >= stall_seconds`. A start in the future
+    gives a negative age and never fires.
+    """
+    latest = snap.latest
+    if latest is None or latest.end is not None or not _queue_gate(snap, latest.job_id):
+        return []
+    mtime = snap.checkpoint.mtime
+    by_checkpoint = mtime is not None and mtime > latest.start
+    ref = mtime if mtime is not None and by_checkpoint else latest.start
+    quiet = _age(snap.observed_at, ref)
+    if quiet < cfg.stall_seconds:
+        return []
+    basis = "checkpoint update" if by_checkpoint else "cycle start"
+    open_for = _age(snap.observed_at, latest.start)
+    return [
+        Finding(
+            detector="cycle_stalled",
+            severity=Severity.CRITICAL,
+            key=f"nvrx-cycle-stalled-{latest.key}",
+            summary=(
+                f"cycle {latest.key} has run {_human(open_for)} with no checkpoint in the "
+                f"last {_human(quiet)}: training may be hung"
+            ),
+            detail=(
+                f"cycle started {_iso(latest.start)}, checkpoint mtime "
+                f"{_iso(mtime) or 'unknown'}; {_human(quiet)} since the last {basis} "
+                f"(stall_seconds {_human(cfg.stall_seconds)})"
+            ),
+            runbook=(
+                "Look at the cycle log and the processes on the active nodes (hang, NCCL wait, "
+                "storage stall); an open cycle whose writer died stays open forever, so confirm "
+                "the job really runs."
+            ),
+            evidence={
+                "cycle": latest.key,
+                "cycle_start": _iso(latest.start),
+                "checkpoint_mtime": _iso(mtime),
+                "seconds_quiet": quiet,
+                "stall_seconds": cfg.stall_seconds,
+            },
+        )
+    ]
+
+
+def restart_budget_low(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
+    """The launcher is close to `--max-restarts`.
+
+    Only when `chain.max_restarts` is set: fires when the latest `cycle_number >= max_restarts ×
+    budget_fraction` (inclusive, with a 1e-9 float slack).
+    """
+    budget = snap.chain.max_restarts
+    latest = snap.latest
+    if budget is None or latest is None or not _current_live(snap):
+        return []
+    threshold = budget * cfg.budget_fraction
+    if latest.cycle_number < threshold - _EPS:
+        return []
+    left = max(budget - latest.cycle_number, 0)
+    return [
+        Finding(
+            detector="restart_budget_low",
+            severity=Severity.WARNING,
+            key=f"nvrx-restart-budget-{latest.job_id}-{latest.cycle_number}",
+            summary=(
+                f"job {latest.job_id} is at cycle {latest.cycle_number} of max {budget} "
+                f"restarts: {left} left"
+            ),
+            detail=(
+                f"latest cycle {latest.key}; threshold max_restarts {budget} × budget_fraction "
+                f"{cfg.budget_fraction} = {threshold:g}; when the budget is spent the launcher "
+                f"exits and the generation ends"
+            ),
+            runbook=(
+                "Find out why the job keeps restarting (restart_storm, suspect_node, cycle logs) "
+                "before the budget runs out; exclude bad nodes if one is to blame."
+            ),
+            evidence={
+                "job": latest.job_id,
+                "cycle_number": latest.cycle_number,
+                "max_restarts": budget,
+                "budget_fraction": cfg.budget_fraction,
+                "threshold": threshold,
+                "restarts_left": left,
+            },
+        )
+    ]
+
+
+def spares_exhausted(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
+    """No spare is left: the next node failure cannot be absorbed in place.
+
+    Fires when the latest cycle has no standby nodes AND (with a platform) the current
+    generation has no PENDING tasks (a generation absent from the queue has none). Needs the
+    queue when a platform is configured: silent when blind.
+    """
+    latest = snap.latest
+    if latest is None or latest.standby_nodes or not _current_live(snap):
+        return []
+    pending = None
+    if snap.platform is not None:
+        platform = _queue(snap)
+        if platform is None:
+            return []
+        generation = platform.generation(latest.job_id)
+        pending = generation.pending if generation is not None else 0
+        if pending > 0:
+            return []
+    where = "no hot spare in the allocation" + (
+        " and no pending task" if pending is not None else ""
+    )
+    return [
+        Finding(
+            detector="spares_exhausted",
+            severity=Severity.INFO,
+            key=f"nvrx-spares-exhausted-{latest.job_id}",
+            summary=f"job {latest.job_id} has no spares left: {where}",
+            detail=(
+                f"latest cycle {latest.key} runs on {len(latest.active_nodes)} node(s) with empty "
+                f"standby_nodes"
+                + (
+                    f"; generation {latest.job_id} has 0 PENDING tasks"
+                    if pending is not None
+                    else ""
+                )
+            ),
+            runbook=(
+                "The next node failure will end the cycle without a replacement; add spares on "
+                "the next generation or drain known-bad nodes."
+            ),
+            evidence={
+                "job": latest.job_id,
+                "cycle": latest.key,
+                "standby_nodes": 0,
+                "pending_tasks": pending,
+            },
+        )
+    ]
+
+
+def suspect_node(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
+    """Nodes present in every one of the recent short cycles: a correlation, never an action.
+
+    Takes the completed cycles of the current generation in order and the trailing run of those
+    shorter than `short_cycle_seconds` (strict: a cycle of exactly that length is not short). When
+    the run has at least `suspect_cycles` cycles, the nodes common to the last `suspect_cycles`
+    of them (intersection of `active_nodes`) each get one finding.
+    """
+    job = snap.current_job
+    if job is None:
+        return []
+    latest = snap.latest
+    if (
+        latest is not None
+        and latest.end is None
+        and (_duration_until(latest, snap.observed_at) >= cfg.short_cycle_seconds)
+    ):
+        return []  # the current cycle has outlived the short ones: the suspicion is stale
+    completed = [c for c in snap.cycles_of(job) if c.end is not None]
+    run: list[CycleInfo] = []
+    for cycle in reversed(completed):
+        if _duration(cycle) >= cfg.short_cycle_seconds:
+            break
+        run.append(cycle)
+    run.reverse()
+    if len(run) < cfg.suspect_cycles:
+        return []
+    window = run[-cfg.suspect_cycles :]
+    common = set(window[0].active_nodes)
+    for cycle in window[1:]:
+        common &= set(cycle.active_nodes)
+    keys = [c.key for c in window]
+    durations = [_duration(c) for c in window]
+    findings = []
+    for node in sorted(common):
+        findings.append(
+            Finding(
+                detector="suspect_node",
+                severity=Severity.WARNING,
+                key=f"nvrx-suspect-node-{job}-{node}",
+                summary=(
+                    f"node {node} was in each of the last {len(window)} short cycles of job {job} "
+                    f"(correlation only)"
+                ),
+                detail=(
+                    f"cycles {', '.join(keys)} each ran < {_human(cfg.short_cycle_seconds)} "
+                    f"({', '.join(_human(d) for d in durations)}); {len(common)} node(s) common "
+                    f"to all of them; {len(run)} short cycles in a row"
+                ),
+                runbook=(
+                    "Correlation, not proof: check the node's health (dmesg, XID, GPU/NIC errors) "
+                    "and the attribution of those cycles before draining it."
+                ),
+                evidence={
+                    "job": job,
+                    "node": node,
+                    "cycles": keys,
+                    "durations": durations,
+                    "short_cycle_seconds": cfg.short_cycle_seconds,
+                    "common_nodes": len(common),
+                    "short_run": len(run),
+                },
+            )
+        )
+    return findings

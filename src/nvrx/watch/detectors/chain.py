@@ -1,0 +1,227 @@
+"""Chain detectors: what the queue says about the generations (they need the platform)."""
+
+from __future__ import annotations
+
+from nvrx.config import WatchSettings
+from nvrx.watch.detectors.common import _age, _cancel_chain_hint, _chain_label, _human, _iso, _queue
+from nvrx.watch.model import CancelPending, Finding, Severity, Snapshot
+
+
+def orphaned_generation(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
+    """A generation whose task 0 is over but whose pending tasks still wait in the queue.
+
+    Fires per live generation when: task 0 is not live in squeue, AND the generation still has
+    PENDING tasks, AND accounting has a task-0 ending for it whose state is terminal (an empty or
+    UNKNOWN answer is unknown, never "gone"), AND `observed_at - end >= grace` (an unknown end
+    still fires; an end in the future does not). The one action: `scancel --state=PENDING <gen>`.
+    """
+    platform = _queue(snap)
+    if platform is None:
+        return []
+    findings = []
+    for generation in platform.generations:
+        if generation.task0_live or generation.pending == 0:
+            continue
+        ending = platform.ending(generation.job_id)
+        if ending is None or not ending.state.is_terminal:
+            continue
+        since_end = _age(snap.observed_at, ending.end) if ending.end is not None else None
+        if since_end is not None and since_end < cfg.grace:
+            continue
+        gen = generation.job_id
+        ended = f"ended {_human(since_end)} ago" if since_end is not None else "end time unknown"
+        findings.append(
+            Finding(
+                detector="orphaned_generation",
+                severity=Severity.WARNING,
+                key=f"nvrx-orphan-{gen}",
+                summary=(
+                    f"generation {gen} is orphaned: task 0 is {ending.state.value}, "
+                    f"{generation.pending} task(s) still pending"
+                ),
+                detail=(
+                    f"task 0 of {gen} is not in the queue; accounting says {ending.state.value} "
+                    f"(exit {ending.exit or 'unknown'}), {ended} (grace {_human(cfg.grace)}); "
+                    f"{generation.pending} pending task(s) will hold the chain's name and may "
+                    f"start training without a task 0"
+                ),
+                runbook=(
+                    "Confirm task 0 is really gone (sacct -j <gen>_0), then cancel the pending "
+                    "tasks: scancel --state=PENDING <gen> (or run watch with --act)."
+                ),
+                action=CancelPending(gen),
+                evidence={
+                    "generation": gen,
+                    "task0_state": ending.state.value,
+                    "task0_end": _iso(ending.end),
+                    "seconds_since_end": since_end,
+                    "pending": generation.pending,
+                    "grace": cfg.grace,
+                },
+            )
+        )
+    return findings
+
+
+def chain_exhausted(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
+    """The chain should be running but no generation of it has a live task in the queue.
+
+    Fires when `chain.expect_running` AND squeue answered AND no generation has a live task.
+    """
+    platform = _queue(snap)
+    if platform is None or not snap.chain.expect_running:
+        return []
+    if any(g.live for g in platform.generations):
+        return []
+    name = _chain_label(snap.chain)
+    last = snap.current_job
+    # Say how it ended when accounting knows: the no-restart verdict is the usual, deliberate,
+    # end of a chain (the operator must fix the cause, not just resubmit).
+    ended = sorted(platform.endings, key=lambda e: (e.end is not None, e.end))
+    verdict = next((e for e in reversed(ended) if e.no_restart), None)
+    how = (
+        f"; generation {verdict.job_id} ended on the no-restart verdict (exit "
+        f"{snap.chain.no_restart_exit_code}), which cancelled the rest of the chain"
+        if verdict is not None
+        else ""
+    )
+    return [
+        Finding(
+            detector="chain_exhausted",
+            severity=Severity.CRITICAL,
+            key=f"nvrx-chain-exhausted-{name}",
+            summary=f"chain {name} has no job left in the queue: training has stopped",
+            detail=(
+                f"the chain is expected to run (manifest not cancelled), but squeue lists no "
+                f"live task named {name}; last generation with cycle files: {last or 'none'}"
+                f"{how}"
+            ),
+            runbook=(
+                "Check how the last generation ended (sacct, its launcher log, exit 93 = "
+                "no-restart verdict); fix the cause, then extend or resubmit the chain "
+                "(nvrx submit-chain --extend)."
+            ),
+            evidence={
+                "chain": name,
+                "live_generations": 0,
+                "last_generation": last,
+                "no_restart_generation": verdict.job_id if verdict is not None else None,
+                "work_dir": snap.chain.work_dir,
+            },
+        )
+    ]
+
+
+def chain_not_cancelled(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
+    """A generation ended with the no-restart verdict, yet the chain continues.
+
+    Fires per task-0 ending that is a no-restart (its `no_restart` flag, or exit code ==
+    `chain.no_restart_exit_code`) while ANOTHER generation of the chain still has a live task
+    (queued or running). Needs the queue. No action: the detail suggests cancelling the rest.
+    """
+    platform = _queue(snap)
+    if platform is None:
+        return []
+    code = snap.chain.no_restart_exit_code
+    submitted = dict(snap.chain.manifest_submitted)
+    findings = []
+    for ending in platform.endings:
+        verdict = ending.no_restart or (ending.exit is not None and ending.exit.code == code)
+        if not verdict:
+            continue
+        # Generations submitted after the verdict (the operator's --extend) are not a cancel
+        # that failed to happen.
+        end = ending.end
+        extended = {j for j, at in submitted.items() if end is not None and at > end}
+        others = [
+            g
+            for g in platform.generations
+            if g.job_id != ending.job_id and g.live and g.job_id not in extended
+        ]
+        if not others:
+            continue
+        ids = [g.job_id for g in others]
+        hint = _cancel_chain_hint(snap.chain)
+        findings.append(
+            Finding(
+                detector="chain_not_cancelled",
+                severity=Severity.CRITICAL,
+                key=f"nvrx-no-restart-not-honoured-{ending.job_id}",
+                summary=(
+                    f"generation {ending.job_id} asked for no restart, but generation(s) "
+                    f"{', '.join(ids)} are still queued or running"
+                ),
+                detail=(
+                    f"task 0 of {ending.job_id} ended {ending.state.value} (exit "
+                    f"{ending.exit or 'unknown'}, no-restart code {code}) at "
+                    f"{_iso(ending.end) or 'unknown time'}; the chain's cancel did not happen. "
+                    f"Cancel the rest of the chain: {hint}"
+                ),
+                runbook=(
+                    "The run decided it must not restart (no progress / attribution stop): "
+                    f"read the launcher log of {ending.job_id}, then cancel the chain ({hint})."
+                ),
+                evidence={
+                    "generation": ending.job_id,
+                    "exit": str(ending.exit) if ending.exit is not None else None,
+                    "no_restart_exit_code": code,
+                    "end": _iso(ending.end),
+                    "live_generations": ids,
+                    "suggested": hint,
+                },
+            )
+        )
+    return findings
+
+
+def generation_churn(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
+    """Too many generations ended recently: the chain burns through its queue.
+
+    Fires when MORE than `max_generations_per_window` task-0 endings have an end with
+    `observed_at - end <= churn_window` (an end exactly at the window's edge counts; an unknown
+    end does not). Needs accounting, not the queue; silent when sacct failed (the blind finding
+    says so).
+    """
+    platform = snap.platform
+    if platform is None or not platform.accounting_ok:
+        return []
+    recent = [
+        e
+        for e in platform.endings
+        if e.end is not None and _age(snap.observed_at, e.end) <= cfg.churn_window
+    ]
+    if len(recent) <= cfg.max_generations_per_window:
+        return []
+    name = _chain_label(snap.chain)
+    recent.sort(key=lambda e: e.end or snap.observed_at)
+    states: dict[str, int] = {}
+    for e in recent:
+        states[e.state.value] = states.get(e.state.value, 0) + 1
+    mix = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+    return [
+        Finding(
+            detector="generation_churn",
+            severity=Severity.WARNING,
+            key=f"nvrx-generation-churn-{name}",
+            summary=(
+                f"{len(recent)} generations of {name} ended in the last "
+                f"{_human(cfg.churn_window)} (more than {cfg.max_generations_per_window})"
+            ),
+            detail=(
+                f"task-0 endings: {mix}; generations "
+                f"{', '.join(e.job_id for e in recent)}; each generation should last a time "
+                f"limit, so this many endings mean they die early"
+            ),
+            runbook=(
+                "Look at the exit codes and launcher logs of the recent generations: early "
+                "failures (bad node, hot-spare race), a too-short time limit, or a crash loop."
+            ),
+            evidence={
+                "endings": len(recent),
+                "window": cfg.churn_window,
+                "max_generations_per_window": cfg.max_generations_per_window,
+                "generations": [e.job_id for e in recent],
+                "states": states,
+            },
+        )
+    ]

@@ -1,0 +1,100 @@
+"""What the detector families share: the finding helpers (ages, durations, labels) and the
+queue gates (a detector that needs the queue stays silent when squeue failed)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from nvrx.config import WatchSettings
+from nvrx.watch.model import ChainRef, CycleInfo, Finding, Platform, Snapshot
+
+Detector = Callable[[Snapshot, WatchSettings], list[Finding]]
+
+# Float thresholds (max_restarts × budget_fraction) are compared with this slack, so that
+# 25 × 0.28 = 7.000000000000001 still counts cycle 7.
+_EPS = 1e-9
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def _age(now: datetime, then: datetime) -> float:
+    """Seconds from `then` to `now` (negative when `then` is in the future)."""
+    return (now - then).total_seconds()
+
+
+def _iso(t: datetime | None) -> str | None:
+    return t.isoformat() if t is not None else None
+
+
+def _human(seconds: float) -> str:
+    """`95 s`, `12.5 min`, `3.2 h`: short enough for a one-line summary."""
+    if abs(seconds) < 120:
+        return f"{seconds:.0f} s"
+    if abs(seconds) < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _duration(cycle: CycleInfo) -> float:
+    """Seconds a completed cycle ran."""
+    assert cycle.end is not None
+    return (cycle.end - cycle.start).total_seconds()
+
+
+def _duration_until(cycle: CycleInfo, now: datetime) -> float:
+    return (now - cycle.start).total_seconds()
+
+
+def _chain_label(chain: ChainRef) -> str:
+    """The chain's name for keys and messages (the name is what Slurm knows it by)."""
+    return chain.name or chain.chain_id or "unnamed"
+
+
+def _queue(snap: Snapshot) -> Platform | None:
+    """The platform when the queue was read this pass; None with `--platform none` or when blind."""
+    platform = snap.platform
+    if platform is None or not platform.queue_ok:
+        return None
+    return platform
+
+
+def _queue_gate(snap: Snapshot, job: str) -> bool:
+    """The anomaly detectors' platform gate: does `job` still have a live task?
+
+    True with `--platform none` (cycle files only, no gate). False when the queue could not be
+    read: a blind watcher cannot tell a live run from a dead one, so it does not claim either.
+    """
+    platform = snap.platform
+    if platform is None:
+        return True
+    if not platform.queue_ok:
+        return False
+    generation = platform.generation(job)
+    return generation is not None and generation.live
+
+
+def _cancel_chain_hint(chain: ChainRef) -> str:
+    if chain.work_dir:
+        return f"nvrx submit-chain --cancel --work-dir {chain.work_dir}"
+    hint = f"scancel --state=PENDING --name={_chain_label(chain)}"
+    if chain.user:
+        hint += f" --user={chain.user}"
+    return hint
+
+
+def degraded(snap: Snapshot) -> bool:
+    """The pass is blind (squeue or sacct failed, or the cycle-info files' location could not be
+    read): exit 1, no heartbeat (a blind watcher must not look healthy)."""
+    platform = snap.platform
+    return snap.cycles_blind is not None or (
+        platform is not None and not (platform.queue_ok and platform.accounting_ok)
+    )
+
+
+def _current_live(snap: Snapshot) -> bool:
+    """The current generation still runs (always true without a platform: cycles only).
+    Findings about a generation's spares or restart budget stand down once it has ended."""
+    job = snap.current_job
+    return job is not None and (snap.platform is None or _queue_gate(snap, job))

@@ -1,0 +1,106 @@
+"""Observer findings: what the watcher itself could not see, or saw go backwards."""
+
+from __future__ import annotations
+
+from nvrx.config import WatchSettings
+from nvrx.watch.detectors.common import _chain_label
+from nvrx.watch.model import Finding, Severity, Snapshot
+
+
+def watch_blind(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
+    """The watcher could not see the chain: the cycle-info location, squeue or sacct could not
+    be read this pass (a warning each).
+
+    A blind pass is degraded (exit 1, no heartbeat); the chain detectors stay silent rather than
+    guess, so this finding is what says the chain state is unknown.
+    """
+    # (what failed, its error, key suffix, what cannot be judged, runbook)
+    blind: list[tuple[str, str, str, str, str]] = []
+    if snap.cycles_blind is not None:
+        blind.append(
+            (
+                "cycle-info files unreadable",
+                snap.cycles_blind,
+                "cycles-",
+                "restarts, stalls and storms cannot be seen",
+                "Check that the work dir is mounted on this login node and readable by this user, "
+                "and that --work-dir / --cycle-info-glob name it",
+            )
+        )
+    platform = snap.platform
+    if platform is not None and not platform.queue_ok:
+        blind.append(
+            (
+                "squeue failed",
+                platform.queue_error or "unknown error",
+                "",
+                "chain_exhausted, orphaned_generation, chain_not_cancelled and the live-task gates "
+                "are not evaluated",
+                "Check slurmctld reachability from this host (squeue, scontrol ping)",
+            )
+        )
+    if platform is not None and not platform.accounting_ok:
+        blind.append(
+            (
+                "sacct failed",
+                platform.accounting_error or "unknown error",
+                "accounting-",
+                "generation_churn is not evaluated and orphan / no-restart checks see no endings",
+                "Check slurmdbd (sacct -X -n -S now-1hour)",
+            )
+        )
+    return [
+        Finding(
+            detector="watch_blind",
+            severity=Severity.WARNING,
+            key=f"nvrx-watch-blind-{suffix}{snap.host}",
+            summary=f"{what}: {error}; chain state unknown",
+            detail=f"on {snap.host}: {unseen} this pass",
+            runbook=f"{runbook}; the pass exits 1 and sends no heartbeat until it can see again.",
+            evidence={"host": snap.host, "error": error},
+        )
+        for what, error, suffix, unseen, runbook in blind
+    ]
+
+
+def counter_regressed(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
+    """A counter that only grows went down: the checkpoint iteration, or a generation's cycle
+    number, is below the highest this watcher saw (a warning while it stays below).
+
+    Rolled-back checkpoints and removed or rewritten cycle files change what every other
+    detector concludes (stall windows, storm counts), so they are said, not absorbed.
+    """
+    chain = _chain_label(snap.chain)
+    out = []
+    for drop in snap.counter_drops:
+        if drop.counter == "checkpoint":
+            what = f"checkpoint iteration went back from {drop.before} to {drop.after}"
+            runbook = (
+                "Check whether the latest checkpoint was removed or a run restarted from an "
+                "older one, and that no other run writes this checkpoint-iteration file"
+            )
+            key = f"nvrx-counter-regressed-checkpoint-{chain}"
+        else:
+            what = f"cycle number of {drop.scope} went back from {drop.before} to {drop.after}"
+            runbook = (
+                "Check whether cycle-info files were deleted or rewritten, and that no other "
+                "job writes into this generation's cycle-info directory"
+            )
+            key = f"nvrx-counter-regressed-cycle-{drop.scope}"
+        out.append(
+            Finding(
+                detector="counter_regressed",
+                severity=Severity.WARNING,
+                key=key,
+                summary=what,
+                detail="it stays reported until the counter is back at its highest value",
+                runbook=runbook,
+                evidence={
+                    "counter": drop.counter,
+                    "scope": drop.scope,
+                    "before": drop.before,
+                    "after": drop.after,
+                },
+            )
+        )
+    return out
