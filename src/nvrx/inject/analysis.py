@@ -10,6 +10,9 @@ shared temp file), so any step can be re-run alone:
 
 Analyzers are chosen by config (`inject.log_analyzer`, `inject.fr_analyzer`): the built-in ones
 need no torch, GPU or network; upstream's run as subprocesses where they are installed.
+
+One module for one experiment's analysis, from blinding to verdict: the steps share the
+experiment's `analysis/` directory and the secrets masked in everything they write.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ final state — a failed query is never "done" (upstream read a failed squeue as
 Every intent is journalled before it is carried out, so a driver killed at any point resumes
 without resubmitting or losing an experiment: a job submitted just before the crash is found by
 its comment or its unique job name.
+
+One module because the window, the journal writes and the recovery of a killed driver are one
+protocol: each step's order is what makes exactly-once hold.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """Pure readings of the judge's inputs: the restart table, the blinded log excerpt, the FR
 missing-rank table and its scope, and the attribution text (docs/score.md;
 docs/file-contracts.md). Shared by the rules judge, the LLM prompt and the answer normaliser.
+
+One module because the judge's inputs are read one way for every judge: the rules judge,
+the prompt and the normaliser must never disagree on what a table or an excerpt says.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ What upstream lacked, in order of a request's life:
 - an answer that is not valid is retried once with a corrective message;
 - whatever cannot be recovered is an `unscored` verdict with the reason: never a default score.
 The API key goes in the Authorization header only; it is never in a message, reason or file.
+
+One module for one request's life, from the cache to the verdict: each step above decides what
+the next one sees.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 One method per question, one command per call (a set of jobs is one `squeue` or one `sacct`,
 never a loop of per-job calls). A failed query raises; it never turns into an empty answer.
+
+One module because it is the one adapter: every command, its argv validation and its error
+classification in one place, so no second way to call Slurm can grow elsewhere.
 """
 
 from __future__ import annotations

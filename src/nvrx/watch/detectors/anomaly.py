@@ -1,4 +1,8 @@
-"""Restart-anomaly detectors: what the cycle files say (the platform only gates them)."""
+"""Restart-anomaly detectors: what the cycle files say (the platform only gates them).
+
+One module for the six, because they read one window of one generation's cycles the same way
+(ordered by start, gated by the queue, durations against `observed_at`).
+"""
 
 from __future__ import annotations
 
