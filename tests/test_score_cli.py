@@ -27,7 +27,7 @@ MARKER = "[2026-11-29 10:00:00.000000] FAULT INJECTION: Rank {r} will inject fau
 
 
 def nvrx(
-    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120
+    *args: str, cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """`nvrx score ARGS` with HOME and the verdict cache in `cwd`, and no judge settings or keys
     from the developer's environment."""

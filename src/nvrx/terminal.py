@@ -49,11 +49,6 @@ def stderr() -> Console:
     return Console(stderr=True, highlight=False, markup=False, emoji=False, soft_wrap=True)
 
 
-def say(message: str) -> None:
-    """A line of a command's own text on stdout (its values already made printable)."""
-    sys.stdout.write(message + "\n")
-
-
 def note(message: str, prefix: str = "note: ") -> None:
     """One line on stderr: what the user should know, not an error."""
     sys.stderr.write(f"{prefix}{printable(message)}\n")

@@ -17,7 +17,6 @@ from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
 import nvrx
-from nvrx.display import printable
 
 
 class Subcommand(NamedTuple):
@@ -90,10 +89,6 @@ def root(
     attribution scoring, on one config and one Slurm adapter."""
 
 
-def _error(message: str) -> None:
-    sys.stderr.write(f"nvrx: error: {printable(message)}\n")
-
-
 # Bad input raised wherever it was read: a config error, an input over its cap or unreadable. Looked
 # up in sys.modules: an error class whose module was never imported cannot have been raised, and
 # `nvrx --help` must not import the settings to find out.
@@ -112,7 +107,7 @@ def main() -> None:
     """The entry point. Not standalone: a usage error (a bad flag or value) is one `nvrx: error:`
     line and exit 2, like every other bad input, instead of a framed usage box. A command's
     CommandError, a config error and an unreadable input are one line too, wherever raised."""
-    from nvrx.terminal import CommandError
+    from nvrx.terminal import CommandError, error_line
 
     try:
         code = app(standalone_mode=False)
@@ -121,10 +116,10 @@ def main() -> None:
         where = f"{ctx.command_path}: " if ctx is not None else ""
         message = " ".join(exc.format_message().split())
         if message:  # empty for `nvrx` alone, which has printed the help already
-            _error(f"{where}{message} (see --help)")
+            error_line(f"{where}{message} (see --help)")
         sys.exit(exc.exit_code)
     except CommandError as exc:
-        _error(str(exc))
+        error_line(str(exc))
         sys.exit(exc.code)
     except (KeyboardInterrupt, typer.Abort):
         sys.stderr.write("nvrx: interrupted\n")
@@ -132,6 +127,6 @@ def main() -> None:
     except Exception as exc:
         if not _is_input_error(exc):
             raise
-        _error(str(exc))
+        error_line(str(exc))
         sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)
