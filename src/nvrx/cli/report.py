@@ -21,9 +21,15 @@ def report_cmd(
         typer.Argument(metavar="SESSION | diff OLD NEW", help="A session, or two to compare."),
     ],
     as_json: JsonOpt = False,
+    html: Annotated[
+        bool,
+        typer.Option(
+            "--html", help="Rebuild the session's self-contained report.html; print its path."
+        ),
+    ] = False,
     force: ForceOpt = False,
 ) -> None:
     """Print a campaign's report (rebuilt from its journal), or what changed between two."""
     from nvrx.inject.report_command import report_command
 
-    raise typer.Exit(report_command(args, as_json, force))
+    raise typer.Exit(report_command(args, as_json, force, html=html))

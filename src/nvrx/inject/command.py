@@ -318,5 +318,6 @@ def finish_report(
     out = stderr() if quiet else stdout()
     scored = sum(r.verdict.status == "scored" for r in rows)
     out.print(f"report: {paths[0]} ({len(rows)} experiment(s), {scored} scored)")
+    out.print(f"page: {paths[3]}")
     out.print(f"stop condition: {'met' if met else 'not met'} ({why})")
     return rows, (met, why)

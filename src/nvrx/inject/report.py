@@ -1,7 +1,10 @@
 """A campaign's report, rebuilt from its journal at any time (rows are never lost on resume):
 upstream's markdown table, JSON, JUnit, an aggregate matrix, the failure patterns that match,
 the diff between two sessions, and the stop condition. Pure functions of session states, plus
-`write_reports` (the files).
+`write_reports` (the files; the page is rendered by `inject.html`).
+
+One module because every report is built from the same rows and the same stop condition: each
+file says the same thing, and none can drift from the others.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from nvrx.score.model import DIMENSIONS, PASS_VALUE, Case, GroundTruth, Verdict
 REPORT_MD = "experiments_report.md"
 REPORT_JSON = "report.json"
 REPORT_JUNIT = "report.junit.xml"
+REPORT_HTML = "report.html"
 TITLE = "# Fault Injection Experiment Report"
 
 # What a pattern of verdicts usually means (the upstream skill's table), and which rows show it.
@@ -289,16 +293,53 @@ def rows_and_stop(
 ) -> tuple[list[Row], tuple[bool, str]]:
     """The session's rows and its stop condition against the previous session (an unreadable
     previous session is said, not fatal). `force` skips the session's damaged journal lines."""
+    current, _, stop = _with_previous(session_dir, force, dimensions)
+    return current, stop
+
+
+def _with_previous(
+    session_dir: Path, force: bool, dimensions: Sequence[str]
+) -> tuple[list[Row], list[Row] | None, tuple[bool, str]]:
+    """The session's rows, the previous session's (None when there is none or it cannot be
+    read) and the stop condition; the previous session is read once."""
     session_dir = session_dir.resolve()
     current = session_rows(session_dir, force=force)
     older = previous_session(session_dir)
     if older is None:
-        return current, stop_condition(current, None, dimensions)
+        return current, None, stop_condition(current, None, dimensions)
     try:
         previous = session_rows(older)
     except CampaignError as exc:
-        return current, (False, f"the previous session cannot be read: {exc}")
-    return current, stop_condition(current, previous, dimensions)
+        return current, None, (False, f"the previous session cannot be read: {exc}")
+    return current, previous, stop_condition(current, previous, dimensions)
+
+
+def html_page(
+    session_dir: Path,
+    current: Sequence[Row],
+    previous: Sequence[Row] | None,
+    stop: tuple[bool, str],
+    dimensions: Sequence[str],
+) -> str:
+    """The session's self-contained HTML page (nvrx.inject.html)."""
+    from nvrx.inject.html import evidence, page  # it renders these rows: imported when used
+
+    trend = diff(previous, current) if previous is not None else None
+    evidences = [evidence(r, session_dir) for r in current]
+    return page(session_dir, current, stop, evidences, trend, dimensions)
+
+
+def write_html(
+    session_dir: Path, *, force: bool = False, dimensions: Sequence[str] = STOP_DIMENSIONS
+) -> Path:
+    """Rebuild `report.html` alone from the journal; its path."""
+    from nvrx.files import write_atomic
+
+    session_dir = session_dir.resolve()
+    current, previous, stop = _with_previous(session_dir, force, dimensions)
+    path = session_dir / REPORT_HTML
+    write_atomic(path, html_page(session_dir, current, previous, stop, dimensions))
+    return path
 
 
 def write_reports(
@@ -309,12 +350,19 @@ def write_reports(
     read in full before anything is written: a damaged line stops it with nothing written."""
     from nvrx.files import write_atomic
 
-    current, stop = rows_and_stop(session_dir, force=force, dimensions=dimensions)
+    session_dir = session_dir.resolve()
+    current, previous, stop = _with_previous(session_dir, force, dimensions)
     verdicts = [r.verdict for r in current]
-    paths = [session_dir / REPORT_MD, session_dir / REPORT_JSON, session_dir / REPORT_JUNIT]
+    paths = [
+        session_dir / REPORT_MD,
+        session_dir / REPORT_JSON,
+        session_dir / REPORT_JUNIT,
+        session_dir / REPORT_HTML,
+    ]
     write_atomic(paths[0], markdown(session_dir, current, stop))
     write_atomic(paths[1], json.dumps(report_json(session_dir, current, stop), indent=2) + "\n")
     write_atomic(paths[2], score_report.junit([r.case for r in current], verdicts, "session"))
+    write_atomic(paths[3], html_page(session_dir, current, previous, stop, dimensions))
     return paths, current, stop
 
 

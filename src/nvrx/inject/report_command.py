@@ -10,8 +10,9 @@ from nvrx.config import load_for_command
 from nvrx.terminal import CommandError, stdout
 
 
-def report_command(args: list[str], as_json: bool, force: bool) -> int:
-    """`SESSION` or `diff OLD NEW`. Returns 1 when a cell regressed (diff), else 0."""
+def report_command(args: list[str], as_json: bool, force: bool, *, html: bool = False) -> int:
+    """`SESSION` or `diff OLD NEW`. Returns 1 when a cell regressed (diff), else 0. With `html`,
+    the session's `report.html` is rebuilt from its journal and its path printed."""
     from rich.text import Text
 
     from nvrx.campaign.pool import CampaignError
@@ -27,6 +28,8 @@ def report_command(args: list[str], as_json: bool, force: bool) -> int:
             raise CommandError(str(exc)) from None
 
     if args[0] == "diff":
+        if html:
+            raise CommandError("--html is a session's page: report SESSION --html")
         if len(args) != 3:
             raise CommandError("report diff takes two sessions: OLD NEW")
         changes, only_old, only_new = report.diff(open_rows(args[1]), open_rows(args[2]))
@@ -58,9 +61,15 @@ def report_command(args: list[str], as_json: bool, force: bool) -> int:
     try:
         open_session(session_dir, force)  # a clear error for what is not a session
         dimensions = load_for_command(None, None, None).config.inject.stop_dimensions
+        if html:
+            path = report.write_html(session_dir, force=force, dimensions=dimensions)
+            sys.stdout.write(f"{path}\n")
+            return 0
         rows, stop = report.rows_and_stop(session_dir, force=force, dimensions=dimensions)
     except CampaignError as exc:
         raise CommandError(str(exc)) from None
+    except OSError as exc:
+        raise CommandError(f"cannot write the page in {session_dir}: {exc.strerror}", 1) from None
     if as_json:
         sys.stdout.write(json.dumps(report.report_json(session_dir, rows, stop), indent=2) + "\n")
         return 0

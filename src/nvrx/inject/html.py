@@ -1,0 +1,306 @@
+"""`report.html`: one self-contained page per session, rebuilt from the journal like every other
+report (so a resumed or re-analysed session gives the same page).
+
+Self-contained means it works opened from a shared filesystem with no network: inline CSS and
+SVG, no script, no font, no image, no link outside the session but its own files (relative
+links). Everything from outside (log lines, judge notes, file names) is HTML-escaped. Each
+experiment's evidence is cut (`EXCERPT_CHARS`, `TABLE_CHARS`) so that a 1,000-experiment page
+stays a few megabytes.
+
+`page` is a pure function of the rows and the evidence; `evidence` reads an experiment's files
+(bounded reads).
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from nvrx.files import InputError, decode_text, read_bounded
+from nvrx.inject.report import Change, Row, matrix, rank_position
+from nvrx.score.evidence import judge_excerpt
+from nvrx.score.load import ANALYSIS_DIR, FR_ANALYSIS, LOG_ATTRIBUTION
+from nvrx.score.model import DIMENSIONS
+
+STRIPPED_LOG = "stripped.log"  # the blinded log every analyser reads (inject.analysis)
+EXCERPT_CHARS = 1200
+TABLE_CHARS = 900
+NOTES_CHARS = 600
+_READ_CAP = 4 << 20  # of one evidence file: the excerpt is its tail
+SHORT = {
+    "restart_correct": "restart",
+    "rank_primary": "rank (primary)",
+    "rank_any": "rank (any)",
+    "fault_described": "fault described",
+    "fr_rank_correct": "FR rank",
+}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What one experiment's page section shows besides its verdict."""
+
+    excerpt: str = ""  # the blinded log's lines the judge saw
+    attribution: str = ""  # the log analyser's 5-field text
+    fr_table: str = ""  # the FR analyser's missing-rank table, or `no_dumps`
+    files: tuple[str, ...] = ()  # paths relative to the session dir, for links
+
+
+def _cut(text: str, limit: int, *, keep: str = "tail") -> str:
+    """At most `limit` characters: a log's tail (where it failed), or a note's head."""
+    if len(text) <= limit:
+        return text
+    return "…" + text[-(limit - 1) :] if keep == "tail" else text[: limit - 1] + "…"
+
+
+def _read(path: Path) -> str:
+    try:
+        data, _ = read_bounded(path, "analysis file", limit=_READ_CAP)
+    except InputError:
+        return ""
+    return decode_text(data)
+
+
+def evidence(row: Row, session_dir: Path) -> Evidence:
+    """The experiment's analysis files, cut for the page; a missing file is an empty part."""
+    directory = Path(row.record.dir)
+    analysis = directory / ANALYSIS_DIR
+    files = []
+    for path in (analysis / STRIPPED_LOG, analysis / LOG_ATTRIBUTION, analysis / FR_ANALYSIS):
+        if path.is_file():
+            files.append(os.path.relpath(path, session_dir))
+    return Evidence(
+        excerpt=_cut(judge_excerpt(_read(analysis / STRIPPED_LOG)), EXCERPT_CHARS),
+        attribution=_cut(_read(analysis / LOG_ATTRIBUTION), TABLE_CHARS),
+        fr_table=_cut(_read(analysis / FR_ANALYSIS), TABLE_CHARS),
+        files=tuple(files),
+    )
+
+
+# --- pure rendering --------------------------------------------------------------------------
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _colour(rate: float | None) -> str:
+    """Red (0) through amber to green (1); grey when nothing was scored."""
+    if rate is None:
+        return "#d9d9d9"
+    hue = round(120 * rate)  # 0 red, 60 amber, 120 green
+    return f"hsl({hue},65%,62%)"
+
+
+def _percent(rate: float | None) -> str:
+    return "–" if rate is None else f"{round(100 * rate)}%"
+
+
+def _heatmap(
+    title: str,
+    rows: Sequence[str],
+    columns: Sequence[str],
+    cells: dict[tuple[str, str], tuple[float | None, str]],
+) -> str:
+    """An SVG grid: one row per `rows`, one column per `columns`, each cell coloured by its rate
+    and labelled; `cells` maps (row, column) → (rate, tooltip)."""
+    cw, ch, left, top = 96, 26, 150, 64
+    width, height = left + cw * len(columns) + 8, top + ch * len(rows) + 8
+    out = [
+        f"<figure><figcaption>{_e(title)}</figcaption>"
+        f'<svg role="img" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}">'
+    ]
+    for j, column in enumerate(columns):
+        x = left + j * cw + cw // 2
+        # A header `a · b` is two lines, so that neighbouring headers never overlap.
+        first, _, second = column.partition(" · ")
+        lines = [first, second] if second else [first]
+        spans = "".join(
+            f'<tspan x="{x}" dy="{14 if k else 0}">{_e(t)}</tspan>' for k, t in enumerate(lines)
+        )
+        y = top - 10 - 14 * (len(lines) - 1)
+        out.append(f'<text x="{x}" y="{y}" text-anchor="middle" class="h">{spans}</text>')
+    for i, name in enumerate(rows):
+        y = top + i * ch
+        out.append(
+            f'<text x="{left - 8}" y="{y + 17}" text-anchor="end" class="h">{_e(name)}</text>'
+        )
+        for j, column in enumerate(columns):
+            rate, tip = cells.get((name, column), (None, "no experiment"))
+            x = left + j * cw
+            absent = (name, column) not in cells
+            fill = "#ffffff" if absent else _colour(rate)
+            out.append(
+                f'<g><title>{_e(tip)}</title><rect x="{x + 1}" y="{y + 1}" width="{cw - 2}" '
+                f'height="{ch - 2}" fill="{fill}" stroke="#bbb"/>'
+                f'<text x="{x + cw // 2}" y="{y + 17}" text-anchor="middle">'
+                f"{'' if absent else _e(_percent(rate))}</text></g>"
+            )
+    out.append("</svg></figure>")
+    return "".join(out)
+
+
+def _by_dimension(rows: Sequence[Row]) -> str:
+    faults = sorted({r.record.experiment.fault.value for r in rows})
+    scored: dict[str, int] = defaultdict(int)
+    passed: dict[tuple[str, str], int] = defaultdict(int)
+    for r in rows:
+        fault = r.record.experiment.fault.value
+        if r.verdict.status == "scored":
+            scored[fault] += 1
+            for d in DIMENSIONS:
+                passed[(fault, d)] += r.verdict.passed(d)
+    cells = {
+        (f, SHORT[d]): (
+            passed[(f, d)] / scored[f] if scored[f] else None,
+            f"{f} · {SHORT[d]}: {passed[(f, d)]} of {scored[f]} scored pass",
+        )
+        for f in faults
+        for d in DIMENSIONS
+    }
+    return _heatmap(
+        "Pass rate: fault type × dimension", faults, [SHORT[d] for d in DIMENSIONS], cells
+    )
+
+
+def _by_shape(rows: Sequence[Row], dimensions: Sequence[str]) -> str:
+    """fault type × (nodes, rank position), coloured by the share of scored experiments that
+    pass every stop dimension."""
+    grid = matrix(rows)
+    faults = sorted({f for f, _, _ in grid})
+    order = {"0": 0, "1": 1, "mid": 2, "last": 3}
+    shapes = sorted({(n, p) for _, n, p in grid}, key=lambda s: (s[0], order.get(s[1], 9)))
+    columns = [f"{n} nodes · rank {p}" for n, p in shapes]
+    every: dict[tuple[str, int, str], list[Row]] = defaultdict(list)
+    for r in rows:
+        e = r.record.experiment
+        every[(e.fault.value, e.nodes, rank_position(e.rank, r.case.truth.total_ranks))].append(r)
+    cells = {}
+    for (fault, nodes, pos), cell in grid.items():
+        members = every[(fault, nodes, pos)]
+        ok = sum(
+            r.verdict.status == "scored" and all(r.verdict.passed(d) for d in dimensions)
+            for r in members
+        )
+        rate = ok / cell.scored if cell.scored else None
+        tip = f"{fault}, {nodes} nodes, rank {pos}: {ok} of {cell.scored} scored pass all"
+        cells[(fault, f"{nodes} nodes · rank {pos}")] = (rate, tip)
+    title = "Pass rate (every stop dimension): fault type × nodes × rank position"
+    return _heatmap(title, faults, columns, cells)
+
+
+def _trend(
+    changes: Sequence[Change] | None, only_old: Sequence[str], only_new: Sequence[str]
+) -> str:
+    if changes is None:
+        return "<p class='dim'>No previous session to compare with.</p>"
+    if not changes and not only_old and not only_new:
+        return "<p>No cell changed since the previous session.</p>"
+    items = [
+        f"<li class='{'up' if c.improved else 'down'}'>{'▲' if c.improved else '▼'} "
+        f"{_e(c.entry)} {_e(SHORT.get(c.dimension, c.dimension))}: {_e(c.before)} → "
+        f"{_e(c.after)}</li>"
+        for c in changes
+    ]
+    items += [f"<li class='dim'>only in the previous session: {_e(e)}</li>" for e in only_old]
+    items += [f"<li class='dim'>new in this session: {_e(e)}</li>" for e in only_new]
+    up = sum(c.improved for c in changes)
+    return (
+        f"<p>{up} improved, {len(changes) - up} regressed since the previous session.</p>"
+        f"<ul class='trend'>{''.join(items)}</ul>"
+    )
+
+
+def _experiment(row: Row, ev: Evidence) -> str:
+    r, v = row.record, row.verdict
+    e = r.experiment
+    passed_all = v.status == "scored" and all(v.passed(d) for d in DIMENSIONS[:4])
+    badge = {"scored": "pass" if passed_all else "fail"}.get(v.status, v.status)
+    dims = "".join(
+        f"<td class='{('ok' if v.passed(d) else 'bad') if v.status == 'scored' else 'na'}'>"
+        f"{_e(getattr(v, d) or '–')}</td>"
+        for d in DIMENSIONS
+    )
+    parts = [
+        f"<details id='{_e(row.case.id)}'><summary><span class='badge {badge}'>{_e(badge)}</span> "
+        f"<code>{_e(e.entry)}</code> job {_e(r.job_id or '–')} {_e(r.state or r.status)}"
+        f"{' exit ' + _e(r.exit) if r.exit else ''}</summary>",
+        "<table class='dims'><tr>"
+        + "".join(f"<th>{_e(SHORT[d])}</th>" for d in DIMENSIONS)
+        + f"</tr><tr>{dims}</tr></table>",
+    ]
+    why = _cut(v.notes or v.reason or "", NOTES_CHARS, keep="head")
+    if why:
+        parts.append(f"<p><b>Judge ({_e(v.judge)}):</b> {_e(why)}</p>")
+    if ev.attribution:
+        parts.append(f"<h4>Log attribution</h4><pre>{_e(ev.attribution)}</pre>")
+    if ev.excerpt:
+        parts.append(
+            f"<h4>Blinded log excerpt (what the judge saw)</h4><pre>{_e(ev.excerpt)}</pre>"
+        )
+    if ev.fr_table:
+        parts.append(f"<h4>Flight recorder: missing ranks</h4><pre>{_e(ev.fr_table)}</pre>")
+    if ev.files:
+        links = " · ".join(f"<a href='{_e(f)}'>{_e(f)}</a>" for f in ev.files)
+        parts.append(f"<p class='files'>{links}</p>")
+    parts.append("</details>")
+    return "".join(parts)
+
+
+_CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}
+h1{font-size:20px}h2{font-size:17px;margin-top:28px}h4{margin:10px 0 4px;font-size:13px}
+figure{margin:12px 0}figcaption{font-weight:600;margin-bottom:4px}
+svg text{font:12px system-ui,sans-serif}svg text.h{fill:#444}
+.dim{color:#777}.up{color:#1a7f37}.down{color:#b42318}
+pre{background:#f6f8fa;padding:8px;overflow:auto;max-height:320px;white-space:pre-wrap}
+details{border:1px solid #ddd;border-radius:4px;margin:4px 0;padding:4px 8px}
+summary{cursor:pointer}.badge{display:inline-block;min-width:56px;text-align:center;
+border-radius:3px;padding:0 4px;color:#fff;font-size:12px}
+.pass{background:#1a7f37}.fail{background:#b42318}.invalid{background:#6e7781}
+.unscored{background:#9a6700}table.dims td,table.dims th{padding:2px 8px;font-size:12px}
+td.ok{background:#dafbe1}td.bad{background:#ffebe9}td.na{color:#777}
+ul.trend{columns:2}.files a{font-size:12px}
+"""
+
+
+def page(
+    session_dir: Path,
+    rows: Sequence[Row],
+    stop: tuple[bool, str],
+    evidences: Sequence[Evidence],
+    trend: tuple[Sequence[Change], Sequence[str], Sequence[str]] | None,
+    dimensions: Sequence[str] = DIMENSIONS[:4],
+) -> str:
+    """The whole page, a pure function of its inputs (the same journal gives the same page)."""
+    scored = [r for r in rows if r.verdict.status == "scored"]
+
+    def rate(d: str) -> float | None:
+        return sum(r.verdict.passed(d) for r in scored) / len(scored) if scored else None
+
+    rates = " · ".join(f"{SHORT[d]} {_percent(rate(d))}" for d in DIMENSIONS)
+    changes, only_old, only_new = trend if trend is not None else (None, (), ())
+    body = [
+        f"<h1>Fault-injection campaign {_e(session_dir.name)}</h1>",
+        f"<p>{len(rows)} experiment(s), {len(scored)} scored. Pass rates: {_e(rates)}.</p>",
+        f"<p><b>Stop condition: {'met' if stop[0] else 'not met'}</b> ({_e(stop[1])})</p>",
+        "<h2>Where attribution fails</h2>",
+        _by_dimension(rows) if rows else "<p class='dim'>No experiment.</p>",
+        _by_shape(rows, dimensions) if rows else "",
+        "<h2>Against the previous session</h2>",
+        _trend(changes, only_old, only_new),
+        "<h2>Experiments</h2>",
+        *(_experiment(r, ev) for r, ev in zip(rows, evidences, strict=True)),
+    ]
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>nvrx report {_e(session_dir.name)}</title>"
+        "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; "
+        "style-src 'unsafe-inline'; img-src data:\">"
+        f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>\n"
+    )

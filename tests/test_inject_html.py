@@ -1,0 +1,124 @@
+"""`report.html`: a session's self-contained page, rebuilt from its journal.
+
+What users rely on: it opens from a shared filesystem with no network (nothing outside the
+session is referenced, a Content-Security-Policy forbids any load), nothing from a log or a judge
+can inject markup, the same journal gives the same page, and a 1,000-experiment session's page
+stays a few megabytes. tests/test_report_browser.py renders it in a real headless browser.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from nvrx.campaign.pool import Experiment, FaultType
+from nvrx.campaign.session import Record
+from nvrx.inject import html
+from nvrx.inject.report import REPORT_HTML, Change, Row, write_html, write_reports
+from nvrx.score.model import Case, GroundTruth, Verdict
+
+from .conftest import SCORE_DEMO
+from .test_inject_report import session_with, verdict
+
+# Anything that would make a browser fetch: a scheme or protocol-relative URL in an attribute,
+# a CSS url(), a script, a frame, a base, a link element.
+FETCHES = re.compile(
+    r"""(?:src|href|action|data|poster)\s*=\s*["']?\s*(?:[a-z][a-z0-9+.-]*:|//)|url\(|<script|"""
+    r"""<iframe|<object|<embed|<base|<link""",
+    re.IGNORECASE,
+)
+
+
+def demo_copy(tmp_path: Path) -> Path:
+    session = tmp_path / SCORE_DEMO.name
+    shutil.copytree(SCORE_DEMO, session)
+    return session
+
+
+def test_the_demo_sessions_page_is_self_contained_and_shows_every_experiment(
+    tmp_path: Path,
+) -> None:
+    session = demo_copy(tmp_path)
+    page = write_html(session).read_text()
+    assert not FETCHES.search(page)
+    assert "Content-Security-Policy" in page and "default-src 'none'" in page
+    for entry in ("SEGFAULT:1:3:2", "GPU_SLEEP:2:3:2", "WORKLOAD_EXC:3:3:2", "SIGTERM:0:3:2"):
+        assert f"<code>{entry}</code>" in page
+    assert page.count("<svg") == 2  # the two heatmaps
+    assert "Flight recorder: missing ranks" in page and "Blinded log excerpt" in page
+
+
+def test_links_are_relative_and_reach_the_experiments_files(tmp_path: Path) -> None:
+    session = demo_copy(tmp_path)
+    page = write_html(session).read_text()
+    links = re.findall(r"href='([^']+)'", page)
+    assert links
+    for link in links:
+        assert not Path(link).is_absolute() and ".." not in Path(link).parts
+        assert (session / link).is_file(), link
+
+
+def test_nothing_from_a_log_or_a_judge_becomes_markup() -> None:
+    hostile = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+    case = Case(
+        id="c1",
+        truth=GroundTruth(FaultType("SEGFAULT"), 1, 5, 2, 4, 32, True),
+        experiment_dir="/s/n2_SEGFAULT_r1_i5",
+    )
+    record = Record(0, Experiment(FaultType("SEGFAULT"), 1, 5, 2), Path("/s/n2_SEGFAULT_r1_i5"))
+    row = Row(record, case, Verdict(case="c1", status="scored", judge="rules", notes=hostile))
+    evidence = html.Evidence(excerpt=hostile, attribution=hostile, fr_table=hostile)
+    page = html.page(Path("/s"), [row], (False, hostile), [evidence], None)
+    assert "<script" not in page and "<img" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_the_same_journal_gives_the_same_page(tmp_path: Path) -> None:
+    session = demo_copy(tmp_path)
+    first = write_html(session).read_bytes()
+    paths, _, _ = write_reports(session)  # what inject-loop and --reanalyze write at the end
+    assert session / REPORT_HTML in paths
+    assert (session / REPORT_HTML).read_bytes() == first
+
+
+def test_the_trend_shows_what_changed_since_the_previous_session(tmp_path: Path) -> None:
+    session_with(tmp_path, "20260101_000000", [("SEGFAULT:1:5:2", verdict(rank_primary="false"))])
+    new = session_with(tmp_path, "20260102_000000", [("SEGFAULT:1:5:2", verdict())])
+    page = write_html(new.dir).read_text()
+    assert "1 improved, 0 regressed" in page
+    assert "SEGFAULT:1:5:2 rank (primary): false → true" in page
+
+
+def test_a_1000_experiment_page_stays_under_5_mb() -> None:
+    # Every experiment with the most evidence the page keeps, half of them failing.
+    rows, evidences = [], []
+    long = "x" * 10_000
+    for i in range(1000):
+        fault = FaultType(("SEGFAULT", "GPU_SLEEP", "SIGKILL", "WORKLOAD_EXC")[i % 4])
+        nodes = (2, 4, 8)[i % 3]
+        experiment = Experiment(fault, i % (nodes * 4), 5, nodes)
+        case = Case(
+            id=f"c{i}",
+            truth=GroundTruth(fault, experiment.rank, 5, nodes, 4, 32, True),
+            experiment_dir=f"/s/e{i}",
+        )
+        dims = {"rank_primary": "false"} if i % 2 else {}
+        v = Verdict.model_validate({**verdict(**dims), "case": f"c{i}", "notes": long[:300]})
+        rows.append(Row(Record(i, experiment, Path(f"/s/e{i}")), case, v))
+        evidences.append(
+            html.Evidence(
+                excerpt=html._cut(long, html.EXCERPT_CHARS),
+                attribution=html._cut(long, html.TABLE_CHARS),
+                fr_table=html._cut(long, html.TABLE_CHARS),
+                files=("e/analysis/stripped.log", "e/analysis/fr_analysis.txt"),
+            )
+        )
+    trend: tuple[list[Change], list[str], list[str]] = (
+        [Change("SEGFAULT:1:5:2", "rank_any", "false", "true", True)],
+        [],
+        [],
+    )
+    page = html.page(Path("/s"), rows, (False, "not yet"), evidences, trend)
+    assert page.count("<details") == 1000
+    assert len(page.encode()) < 5_000_000
