@@ -71,6 +71,10 @@ def inject_loop_cmd(
     iters: Annotated[
         str | None, typer.Option(help="Run each pool entry at these iterations, e.g. 2,10.")
     ] = None,
+    no_progress: Annotated[
+        bool,
+        typer.Option("--no-progress", help="Plain lines even on a terminal (no live view)."),
+    ] = False,
     no_analysis: Annotated[
         bool, typer.Option("--no-analysis", help="Run the jobs only: no analysis, no scores.")
     ] = False,
@@ -113,6 +117,7 @@ def inject_loop_cmd(
             next_=next_,
             iters=iters,
             no_analysis=no_analysis,
+            no_progress=no_progress,
             allow_duplicates=allow_duplicates,
             cancel_on_interrupt=cancel_on_interrupt,
             list_pool=list_pool,

@@ -35,6 +35,7 @@ def inject_loop(
     next_: Path | None,
     iters: str | None,
     no_analysis: bool,
+    no_progress: bool,
     allow_duplicates: bool,
     cancel_on_interrupt: bool,
     list_pool: bool,
@@ -192,7 +193,7 @@ def inject_loop(
 
     reporter = (
         LiveReporter(stdout())
-        if sys.stdout.isatty() and not as_json
+        if sys.stdout.isatty() and not as_json and not no_progress
         else LineReporter(stderr() if as_json else stdout())
     )
     if not as_json:

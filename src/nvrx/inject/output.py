@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 from collections import Counter
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
@@ -118,39 +118,78 @@ def _score(record: Record) -> Text:
     return Text(f"{passed}/{len(DIMENSIONS)}", style="green" if passed == len(DIMENSIONS) else "")
 
 
+# The live view shows every running job, the last experiments that ended and a count of the
+# rest: one screen whatever the pool's size.
+RECENT_ENDED = 8
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    h, rest = divmod(seconds, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
+
+
+def progress_view(
+    state: SessionState, now: datetime, started: datetime, blind: str | None = None
+) -> Table:
+    """The live view of a campaign (pure): done / running / queued, the pass rate of the scored
+    experiments so far (every stop dimension), an ETA from the pace of the finished ones, the
+    jobs in Slurm with their state and time since submission, the last ones that ended."""
+    done, running, queued = _counts(state)
+    scored = [r.verdict for r in state.records if r.verdict and r.verdict.get("status") == "scored"]
+    passing = sum(all(v.get(d) == PASS_VALUE[d] for d in DIMENSIONS[:4]) for v in scored)
+    parts = [f"{done} done, {running} running, {queued} queued"]
+    parts.append(
+        f"pass rate so far {round(100 * passing / len(scored))}% of {len(scored)} scored"
+        if scored
+        else "nothing scored yet"
+    )
+    elapsed = (now - started).total_seconds()
+    if done and done < len(state.records):
+        parts.append(f"ETA {_clock(elapsed / done * (len(state.records) - done))}")
+    parts.append(f"elapsed {_clock(elapsed)}")
+    table = Table(header_style="bold", box=None, pad_edge=False)
+    table.title = " · ".join(parts) + (f"  [{blind}]" if blind else "")
+    for column in ("#", "experiment", "job", "status", "state", "time", "exit", "score"):
+        table.add_column(column)
+    live = [r for r in state.records if r.status in ("submitting", "submitted")]
+    ended = [r for r in state.records if r.status == "ended"][-RECENT_ENDED:]
+    for r in live + ended:
+        since = (now - r.submitted_at).total_seconds() if r.submitted_at else None
+        table.add_row(
+            str(r.index + 1),
+            r.experiment.entry,
+            r.job_id or "-",
+            r.status,
+            Text(
+                r.state or ("in Slurm" if r.status == "submitted" else "-"),
+                style=_STATE_STYLE.get(r.state or "", ""),
+            ),
+            _clock(since) if since is not None and r.status != "ended" else "-",
+            r.exit or "-",
+            _score(r),
+        )
+    hidden = len(state.records) - len(live) - len(ended)
+    if hidden:
+        table.caption = f"{hidden} more (queued, or ended earlier): the report lists every one"
+    return table
+
+
 class LiveReporter(LineReporter):
-    """A table that redraws in place: done / running / queued and every experiment's state."""
+    """The live view (`progress_view`), redrawn in place twice a second on a terminal."""
 
     def __init__(self, out: Console) -> None:
         super().__init__(out)
         self.state: SessionState | None = None
         self.blind: str | None = None
+        self.started = datetime.now(UTC)
         self.live = Live(Text("starting..."), console=out, refresh_per_second=2, transient=False)
         self.live.start()
 
     def _render(self) -> Table:
-        state = self.state
-        table = Table(header_style="bold", box=None, pad_edge=False)
-        if state is None:
-            return table
-        done, running, queued = _counts(state)
-        table.title = f"{done} done, {running} running, {queued} queued" + (
-            f"  [{self.blind}]" if self.blind else ""
-        )
-        for column in ("#", "experiment", "job", "status", "state", "exit", "score"):
-            table.add_column(column)
-        for r in state.records:
-            style = _STATE_STYLE.get(r.state or "", "")
-            table.add_row(
-                str(r.index + 1),
-                r.experiment.entry,
-                r.job_id or "-",
-                r.status,
-                Text(r.state or "-", style=style),
-                r.exit or "-",
-                _score(r),
-            )
-        return table
+        if self.state is None:
+            return Table(box=None)
+        return progress_view(self.state, datetime.now(UTC), self.started, self.blind)
 
     def submitted(self, record: Record, done: int, total: int) -> None:
         self.live.update(self._render())
