@@ -130,3 +130,19 @@ def test_the_checks_catch_a_page_that_fetches(tmp_path: Path, proxy: Proxy) -> N
     rendered = render(page, proxy, tmp_path / "profile")
     assert any("boom" in line for line in rendered.console)
     assert any("example.invalid" in r for r in page_requests(proxy))
+
+
+def test_the_watch_timeline_loads_with_no_console_message_and_no_request(
+    tmp_path: Path, proxy: Proxy
+) -> None:
+    from .test_watch_run import watch
+    from .test_watch_timeline import two_generations
+
+    work = tmp_path / "work"
+    two_generations(work)
+    page = tmp_path / "timeline.html"
+    watch(work, tmp_path / "state", "--html", str(page))
+    rendered = render(page, proxy, tmp_path / "profile")
+    assert "nvrx watch timeline" in rendered.dom and "<svg" in rendered.dom
+    assert rendered.console == []
+    assert page_requests(proxy) == []

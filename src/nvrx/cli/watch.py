@@ -40,6 +40,14 @@ def watch_cmd(
         bool, typer.Option("--dry-run", help="No action, alert, heartbeat or state write.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per pass.")] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html",
+            help="Write the chain's timeline page here after every pass.",
+            dir_okay=False,
+        ),
+    ] = None,
     interval: Annotated[int | None, typer.Option(help="Loop: a pass every N seconds.")] = None,
     webhook_url: Annotated[str | None, typer.Option(help="POST findings as JSON here.")] = None,
     pd_routing_key: Annotated[
@@ -82,6 +90,7 @@ def watch_cmd(
         dry_run=dry_run,
         as_json=as_json,
         list_detectors=list_detectors,
+        html=html,
     )
     flags = {
         "watch.platform": (platform, "--platform"),

@@ -13,7 +13,6 @@ stays a few megabytes.
 
 from __future__ import annotations
 
-import html
 import os
 from collections import defaultdict
 from collections.abc import Sequence
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nvrx.files import InputError, decode_text, read_bounded
+from nvrx.htmlpage import document, escape
 from nvrx.inject.report import Change, Row, matrix, rank_position
 from nvrx.score.evidence import judge_excerpt
 from nvrx.score.load import ANALYSIS_DIR, FR_ANALYSIS, LOG_ATTRIBUTION
@@ -84,8 +84,7 @@ def evidence(row: Row, session_dir: Path) -> Evidence:
 # --- pure rendering --------------------------------------------------------------------------
 
 
-def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
+_e = escape
 
 
 def _colour(rate: float | None) -> str:
@@ -253,12 +252,6 @@ def _experiment(row: Row, ev: Evidence) -> str:
 
 
 _CSS = """
-body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}
-h1{font-size:20px}h2{font-size:17px;margin-top:28px}h4{margin:10px 0 4px;font-size:13px}
-figure{margin:12px 0}figcaption{font-weight:600;margin-bottom:4px}
-svg text{font:12px system-ui,sans-serif}svg text.h{fill:#444}
-.dim{color:#777}.up{color:#1a7f37}.down{color:#b42318}
-pre{background:#f6f8fa;padding:8px;overflow:auto;max-height:320px;white-space:pre-wrap}
 details{border:1px solid #ddd;border-radius:4px;margin:4px 0;padding:4px 8px}
 summary{cursor:pointer}.badge{display:inline-block;min-width:56px;text-align:center;
 border-radius:3px;padding:0 4px;color:#fff;font-size:12px}
@@ -297,10 +290,4 @@ def page(
         "<h2>Experiments</h2>",
         *(_experiment(r, ev) for r, ev in zip(rows, evidences, strict=True)),
     ]
-    return (
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-        f"<title>nvrx report {_e(session_dir.name)}</title>"
-        "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; "
-        "style-src 'unsafe-inline'; img-src data:\">"
-        f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>\n"
-    )
+    return document(f"nvrx report {session_dir.name}", "".join(body), _CSS)

@@ -10,10 +10,14 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nvrx.config import load_for_command
 from nvrx.display import printable
 from nvrx.terminal import CommandError
+
+if TYPE_CHECKING:
+    from nvrx.watch.run import PassResult
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,7 @@ class WatchRequest:
     dry_run: bool = False
     as_json: bool = False
     list_detectors: bool = False
+    html: Path | None = None  # the timeline page, rewritten after every pass
 
 
 def list_detectors() -> None:
@@ -51,6 +56,23 @@ def _blind(message: str, as_json: bool) -> int:
         sys.stdout.write(json.dumps(doc) + "\n")
         sys.stdout.flush()
     return 1
+
+
+def _write_timeline(path: Path, result: PassResult) -> None:
+    """The pass's timeline page at `path`, replaced atomically; never over one of the pass's
+    inputs (a cycle file, the checkpoint file)."""
+    from nvrx.files import refuse_overwriting, write_atomic
+    from nvrx.watch.timeline import timeline_page
+
+    snap = result.snapshot
+    inputs = [Path(c.path) for c in snap.cycles]
+    if snap.checkpoint.path:
+        inputs.append(Path(snap.checkpoint.path))
+    refuse_overwriting(path, inputs, "--html")
+    try:
+        write_atomic(path, timeline_page(result))
+    except OSError as exc:
+        raise CommandError(f"cannot write the timeline {path}: {exc.strerror}", 1) from None
 
 
 def watch(
@@ -119,6 +141,8 @@ def watch(
                     code = _blind(f"pass failed: {exc}", request.as_json)
                 else:
                     code = result.exit_code
+                    if request.html is not None:
+                        _write_timeline(request.html, result)
                     if request.as_json:
                         sys.stdout.write(json.dumps(pass_json(result)) + "\n")
                         sys.stdout.flush()

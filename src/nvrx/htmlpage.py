@@ -1,0 +1,36 @@
+"""The frame of every page nvrx writes (the campaign report, the watch timeline): one
+self-contained HTML document that works opened from a shared filesystem with no network.
+
+No script, font or image, only inline CSS and SVG, and a Content-Security-Policy that forbids
+any load, so a page cannot fetch even if some text in it tried to. Everything from outside goes
+through `escape`.
+"""
+
+from __future__ import annotations
+
+import html
+
+_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+BASE_CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}
+h1{font-size:20px}h2{font-size:17px;margin-top:28px}h4{margin:10px 0 4px;font-size:13px}
+figure{margin:12px 0}figcaption{font-weight:600;margin-bottom:4px}
+svg text{font:12px system-ui,sans-serif}svg text.h{fill:#444}
+.dim{color:#777}.up{color:#1a7f37}.down{color:#b42318}
+pre{background:#f6f8fa;padding:8px;overflow:auto;max-height:320px;white-space:pre-wrap}
+"""
+
+
+def escape(text: object) -> str:
+    """`text` safe inside an element or a quoted attribute."""
+    return html.escape(str(text), quote=True)
+
+
+def document(title: str, body: str, css: str = "") -> str:
+    """A whole page: `body` is trusted markup built with `escape`d text."""
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{escape(title)}</title>"
+        f"<meta http-equiv='Content-Security-Policy' content=\"{_CSP}\">"
+        f"<style>{BASE_CSS}{css}</style></head><body>{body}</body></html>\n"
+    )
