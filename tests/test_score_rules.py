@@ -297,3 +297,17 @@ def test_rank_mentions() -> None:
         3, 4, 5, 6, 7, 8, 10, 11, 12,
     }  # fmt: skip
     assert rank_mentions("iteration 5, exit code 139, 8 GPUs") == frozenset()
+
+
+def test_score_says_as_each_verdict_arrives_once_per_judge_and_case() -> None:
+    # What the progress bar of `nvrx score` counts on a terminal: two rules judges (a vote),
+    # three cases, six verdicts.
+    from nvrx.score.run import score
+
+    cases = [
+        Case(id=f"c{r}", truth=GroundTruth(FaultType("SEGFAULT"), r, 5, 2, 4, 32, True))
+        for r in range(3)
+    ]
+    seen: list[int] = []
+    verdicts = score([None, None], cases, lambda: seen.append(1))
+    assert len(verdicts) == 3 and len(seen) == 6

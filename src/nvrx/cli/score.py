@@ -75,6 +75,9 @@ def score_cmd(
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Ask the judge even if the answer is cached.")
     ] = False,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="No progress bar, even on a terminal.")
+    ] = False,
     concurrency: Annotated[
         int | None, typer.Option("--concurrency", help="Judge requests in flight.")
     ] = None,
@@ -109,6 +112,7 @@ def score_cmd(
             junit_path=junit_path,
             markdown_path=markdown_path,
             no_cache=no_cache,
+            no_progress=no_progress,
             concurrency=concurrency,
             config=config,
             env_file=env_file,

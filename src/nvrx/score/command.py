@@ -6,9 +6,31 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from nvrx.config import load_for_command
-from nvrx.terminal import CommandError, note, stdout, warn
+from nvrx.terminal import CommandError, note, stderr, stdout, warn
+
+
+def _score_with_progress(judges: list[Any], cases: list[Any], *, live: bool) -> list[Any]:
+    """The verdicts; on a terminal, with a progress bar (verdicts so far, elapsed, remaining)
+    that goes away when they are all in, for anything more than one case."""
+    from nvrx.score.run import score
+
+    if not (live and sys.stdout.isatty() and len(cases) > 1):
+        return score(judges, cases)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    with Progress(
+        "judging",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=stderr(),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("judging", total=len(cases) * len(judges))
+        return score(judges, cases, lambda: bar.advance(task))
 
 
 def score_command(
@@ -32,6 +54,7 @@ def score_command(
     junit_path: Path | None,
     markdown_path: Path | None,
     no_cache: bool,
+    no_progress: bool,
     concurrency: int | None,
     config: Path | None,
     env_file: Path | None,
@@ -44,7 +67,7 @@ def score_command(
     from nvrx.score.load import Shape, cases_from_path, flags_case, input_paths, parse_bool
     from nvrx.score.model import ScoreError
     from nvrx.score.output import render
-    from nvrx.score.run import JudgeSpec, build_judges, default_judges, judge_label, score
+    from nvrx.score.run import JudgeSpec, build_judges, default_judges, judge_label
 
     flags = {
         "score.model": (model, "--model"),
@@ -100,7 +123,7 @@ def score_command(
     except (ScoreError, CampaignError) as exc:  # a damaged session or journal, a bad pool
         raise CommandError(str(exc)) from None
 
-    verdicts = score(judges, cases)
+    verdicts = _score_with_progress(judges, cases, live=not (as_json or no_progress))
     label = judge_label(judges)
     for j in judges:
         for line in j.notes if j is not None else []:

@@ -185,7 +185,11 @@ class LlmJudge:
     def response_format(self) -> str:
         return FORMATS[self._format]
 
-    async def judge_all(self, cases: Sequence[Case]) -> list[Verdict]:
+    async def judge_all(
+        self, cases: Sequence[Case], done: Callable[[], None] | None = None
+    ) -> list[Verdict]:
+        """Every case's verdict, at most `concurrency` in flight; `done` is called as each
+        arrives (a progress bar)."""
         gate = asyncio.Semaphore(self.concurrency)
         own = self._client is None
         client = self._client or httpx.AsyncClient(
@@ -194,7 +198,10 @@ class LlmJudge:
         try:
 
             async def one(case: Case) -> Verdict:
-                return await self.judge(case, client, gate)
+                verdict = await self.judge(case, client, gate)
+                if done is not None:
+                    done()
+                return verdict
 
             return list(await asyncio.gather(*(one(c) for c in cases)))
         finally:

@@ -159,19 +159,31 @@ def build_judges(
 
 
 async def _judge_everything(
-    judges: Sequence[LlmJudge | None], cases: Sequence[Case]
+    judges: Sequence[LlmJudge | None],
+    cases: Sequence[Case],
+    done: Callable[[], None] | None,
 ) -> list[list[Verdict]]:
     async def one(judge: LlmJudge | None) -> list[Verdict]:
         if judge is None:
-            return [judge_rules(case) for case in cases]
-        return await judge.judge_all(cases)
+            verdicts = []
+            for case in cases:
+                verdicts.append(judge_rules(case))
+                if done is not None:
+                    done()
+            return verdicts
+        return await judge.judge_all(cases, done)
 
     return list(await asyncio.gather(*(one(j) for j in judges)))
 
 
-def score(judges: Sequence[LlmJudge | None], cases: Sequence[Case]) -> list[Verdict]:
-    """Every case's verdict: the single judge's, or the per-dimension vote of several."""
-    per_judge = asyncio.run(_judge_everything(judges, cases))
+def score(
+    judges: Sequence[LlmJudge | None],
+    cases: Sequence[Case],
+    done: Callable[[], None] | None = None,
+) -> list[Verdict]:
+    """Every case's verdict: the single judge's, or the per-dimension vote of several. `done`
+    is called once per judge and case as its verdict arrives."""
+    per_judge = asyncio.run(_judge_everything(judges, cases, done))
     if len(per_judge) == 1:
         return per_judge[0]
     return [vote(case, [verdicts[i] for verdicts in per_judge]) for i, case in enumerate(cases)]
