@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -89,7 +90,7 @@ def watch(
         return 0
     from nvrx.slurm import Slurm
     from nvrx.watch.detectors import DETECTORS
-    from nvrx.watch.output import pass_json, print_pass
+    from nvrx.watch.output import pass_json, pass_renderable, print_pass
     from nvrx.watch.resolve import Overrides, WatchBlind, WatchError, resolve
     from nvrx.watch.run import Watcher
 
@@ -113,6 +114,15 @@ def watch(
     )
     code = 0
     watcher: Watcher | None = None
+    # A loop on a terminal redraws its screen in place; cron, pipes and --json get every pass.
+    live = None
+    if settings.interval is not None and sys.stdout.isatty() and not request.as_json:
+        from rich.live import Live
+
+        from nvrx.terminal import stdout
+
+        live = Live(console=stdout(), auto_refresh=False)
+        live.start()
     try:
         while True:
             if watcher is None:
@@ -146,6 +156,10 @@ def watch(
                     if request.as_json:
                         sys.stdout.write(json.dumps(pass_json(result)) + "\n")
                         sys.stdout.flush()
+                    elif live is not None:
+                        upcoming = datetime.now() + timedelta(seconds=settings.interval or 0)
+                        footer = f"next pass at {upcoming:%H:%M:%S} (every {settings.interval} s)"
+                        live.update(pass_renderable(result, footer), refresh=True)
                     else:
                         print_pass(result, sys.stdout, color=sys.stdout.isatty())
             if settings.interval is None:
@@ -153,4 +167,7 @@ def watch(
             time.sleep(settings.interval)
     except KeyboardInterrupt:
         pass
+    finally:
+        if live is not None:
+            live.stop()
     return code

@@ -218,6 +218,23 @@ def pass_lines(result: PassResult) -> list[Line]:
     return lines
 
 
+def pass_renderable(result: PassResult, footer: str = "") -> Any:
+    """The pass's screen as one rich renderable (the live view of `watch --interval` on a
+    terminal), with `footer` (when the next pass runs) below it."""
+    from rich.console import Group
+    from rich.text import Text
+
+    rows = []
+    for line in pass_lines(result):
+        row = Text()
+        for text, style in line:
+            row.append(text, style=style or None)
+        rows.append(row)
+    if footer:
+        rows.append(Text(footer, style="dim"))
+    return Group(*rows)
+
+
 def print_pass(result: PassResult, out: TextIO, *, color: bool) -> None:
     """Write one pass's screen to `out`, styled when `color` (a terminal)."""
     lines = pass_lines(result)
