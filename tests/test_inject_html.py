@@ -88,6 +88,8 @@ def test_the_trend_shows_what_changed_since_the_previous_session(tmp_path: Path)
     page = write_html(new.dir).read_text()
     assert "1 improved, 0 regressed" in page
     assert "SEGFAULT:1:5:2 rank (primary): false → true" in page
+    assert page.count("<svg") == 3  # the diff as a picture too
+    assert "▲ false → true" in page
 
 
 def test_a_1000_experiment_page_stays_under_5_mb() -> None:

@@ -328,6 +328,8 @@ def test_validate_asks_slurm_and_writes_nothing(work_root: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     notes = [ln for ln in proc.stdout.splitlines() if ln.startswith("generation ")]
     assert len(notes) == 2 and all("to start at" in ln for ln in notes)
+    steps = [ln for ln in proc.stdout.splitlines() if ln.startswith("Checked generation")]
+    assert steps == [f"Checked generation {i} of 2 (--test-only)" for i in (1, 2)]  # as they come
     assert not work.exists()
 
     proc = nvrx("--validate", "-K", "1", "--nodes-per-task", "9", *NO_FAULTS, work=work)

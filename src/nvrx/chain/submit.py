@@ -317,6 +317,8 @@ def submit_new(
                     opts = replace(options, comment=chain_comment(chain_id, index))
                     answer = slurm.test_submit(opts, script=probe)
                     report.notes.append(f"generation {index}: {answer}")
+                    if progress is not None:  # one Slurm call each: say so as they come
+                        progress(f"Checked generation {index + 1} of {chain.depth} (--test-only)")
         return report
 
     _check_name_free(slurm, job_name, share_name, notes, strict=True)

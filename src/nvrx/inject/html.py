@@ -104,9 +104,10 @@ def _heatmap(
     rows: Sequence[str],
     columns: Sequence[str],
     cells: dict[tuple[str, str], tuple[float | None, str]],
+    labels: dict[tuple[str, str], str] | None = None,
 ) -> str:
     """An SVG grid: one row per `rows`, one column per `columns`, each cell coloured by its rate
-    and labelled; `cells` maps (row, column) → (rate, tooltip)."""
+    and labelled (its percentage, or `labels`); `cells` maps (row, column) → (rate, tooltip)."""
     cw, ch, left, top = 96, 26, 150, 64
     width, height = left + cw * len(columns) + 8, top + ch * len(rows) + 8
     out = [
@@ -138,7 +139,8 @@ def _heatmap(
                 f'<g><title>{_e(tip)}</title><rect x="{x + 1}" y="{y + 1}" width="{cw - 2}" '
                 f'height="{ch - 2}" fill="{fill}" stroke="#bbb"/>'
                 f'<text x="{x + cw // 2}" y="{y + 17}" text-anchor="middle">'
-                f"{'' if absent else _e(_percent(rate))}</text></g>"
+                f"{'' if absent else _e((labels or {}).get((name, column), _percent(rate)))}"
+                "</text></g>"
             )
     out.append("</svg></figure>")
     return "".join(out)
@@ -209,9 +211,30 @@ def _trend(
     items += [f"<li class='dim'>only in the previous session: {_e(e)}</li>" for e in only_old]
     items += [f"<li class='dim'>new in this session: {_e(e)}</li>" for e in only_new]
     up = sum(c.improved for c in changes)
+    picture = ""
+    if changes:  # report diff as a picture: changed experiments × dimensions
+        entries = sorted({c.entry for c in changes})
+        cells: dict[tuple[str, str], tuple[float | None, str]] = {
+            (c.entry, SHORT.get(c.dimension, c.dimension)): (
+                1.0 if c.improved else 0.0,
+                f"{c.entry} {c.dimension}: {c.before} → {c.after}",
+            )
+            for c in changes
+        }
+        labels = {
+            key: ("▲ " if rate else "▼ ") + tip.rsplit(": ", 1)[1]
+            for key, (rate, tip) in cells.items()
+        }
+        picture = _heatmap(
+            "Changed since the previous session (green improved, red regressed)",
+            entries,
+            [SHORT[d] for d in DIMENSIONS],
+            cells,
+            labels,
+        )
     return (
         f"<p>{up} improved, {len(changes) - up} regressed since the previous session.</p>"
-        f"<ul class='trend'>{''.join(items)}</ul>"
+        f"{picture}<ul class='trend'>{''.join(items)}</ul>"
     )
 
 
