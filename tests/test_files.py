@@ -77,3 +77,16 @@ def test_a_key_file_gives_its_stripped_text_and_mode_or_names_itself(tmp_path: P
         key.write_bytes(content)
         with pytest.raises(InputError, match=f"API key file .*key: {says}"):
             read_key_file(key, "API key file")
+
+
+def test_read_tail_gives_the_last_whole_lines_of_a_file_of_any_size(tmp_path: Path) -> None:
+    from nvrx.files import read_tail
+
+    log = tmp_path / "big.log"
+    with log.open("w") as f:
+        for i in range(200_000):
+            f.write(f"line {i}\n")
+    tail = read_tail(log, "log", 1000)
+    assert len(tail) <= 1000 and tail.endswith("line 199999\n")
+    assert tail.split("\n", 1)[0].startswith("line ")  # starts at a whole line
+    assert read_tail(log, "log", 10**9).startswith("line 0\n")  # smaller than the bound: all

@@ -124,3 +124,15 @@ def test_a_1000_experiment_page_stays_under_5_mb() -> None:
     page = html.page(Path("/s"), rows, (False, "not yet"), evidences, trend)
     assert page.count("<details") == 1000
     assert len(page.encode()) < 5_000_000
+
+
+def test_a_huge_log_still_shows_the_lines_where_it_ended(tmp_path: Path) -> None:
+    session = demo_copy(tmp_path)
+    stripped = next(session.glob("n2_SEGFAULT_*/analysis/stripped.log"))
+    with stripped.open("w") as f:
+        for i in range(100_000):  # ~3 MB: more than the page ever reads
+            f.write(f"[rank0]: step {i} ok\n")
+        f.write("[rank1]: Segmentation fault, the very last line\n")
+    page = write_html(session).read_text()
+    assert "Segmentation fault, the very last line" in page
+    assert len(page.encode()) < 100_000  # the excerpt is cut, whatever the log's size

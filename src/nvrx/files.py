@@ -200,6 +200,30 @@ def read_text(path: Path | str, what: str, *, limit: int | None = None) -> str:
     return decode_text(read_bounded(path, what, limit=limit)[0])
 
 
+def read_tail(path: Path | str, what: str, limit: int) -> str:
+    """The last `limit` bytes of a text input at most, from the start of a line: what a page
+    shows of a log of any size (where it failed). InputError when it cannot be read."""
+    fd, st = _open(path, what, follow_symlinks=True, regular_only=True)
+    try:
+        start = max(0, st.st_size - limit)
+        os.lseek(fd, start, os.SEEK_SET)
+        chunks, total = [], 0
+        while total < limit:
+            chunk = os.read(fd, min(65536, limit - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    except OSError as exc:
+        raise _os_error(what, path, exc) from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if start and b"\n" in data:  # the first line was cut: drop it
+        data = data.split(b"\n", 1)[1]
+    return decode_text(data)
+
+
 def decode_text(data: bytes) -> str:
     """UTF-8, else latin-1 (which never fails)."""
     try:

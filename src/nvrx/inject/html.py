@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from nvrx.files import InputError, decode_text, read_bounded
+from nvrx.files import InputError, read_tail
 from nvrx.htmlpage import document, escape
 from nvrx.inject.report import Change, Row, matrix, rank_position
 from nvrx.score.evidence import judge_excerpt
@@ -30,7 +30,7 @@ STRIPPED_LOG = "stripped.log"  # the blinded log every analyser reads (inject.an
 EXCERPT_CHARS = 1200
 TABLE_CHARS = 900
 NOTES_CHARS = 600
-_READ_CAP = 4 << 20  # of one evidence file: the excerpt is its tail
+_READ_CAP = 1 << 20  # read of one evidence file, from its end: the excerpt is its tail
 SHORT = {
     "restart_correct": "restart",
     "rank_primary": "rank (primary)",
@@ -58,11 +58,13 @@ def _cut(text: str, limit: int, *, keep: str = "tail") -> str:
 
 
 def _read(path: Path) -> str:
+    """The file's tail (a log of any size ends where it failed); "" when there is none."""
+    if not path.is_file():
+        return ""
     try:
-        data, _ = read_bounded(path, "analysis file", limit=_READ_CAP)
+        return read_tail(path, "analysis file", _READ_CAP)
     except InputError:
         return ""
-    return decode_text(data)
 
 
 def evidence(row: Row, session_dir: Path) -> Evidence:
