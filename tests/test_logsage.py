@@ -28,8 +28,9 @@ import httpx
 import pytest
 
 from nvrx.config import load_config
-from nvrx.inject.analysis import LOGSAGE_OUTPUT, STRIPPED_LOG, Analyzers, logsage_text
+from nvrx.inject.analysis import LOGSAGE_OUTPUT, Analyzers, logsage_text
 from nvrx.score.evidence import Attribution
+from nvrx.score.load import STRIPPED_LOG
 
 from .fake_openai import LoopbackServer
 from .test_score_server import BASE_URL, MODEL, _server_up

@@ -46,6 +46,7 @@ from nvrx.score.load import (
     FR_ANALYSIS,
     LOG_ATTRIBUTION,
     RUN_VALID,
+    STRIPPED_LOG,
     Shape,
     experiment_case,
     main_log,
@@ -58,7 +59,6 @@ class AnalyserSetupError(CampaignError):
     """An analyser that cannot run as configured (a missing script or interpreter, no key)."""
 
 
-STRIPPED_LOG = "stripped.log"
 VERDICT = "verdict.json"
 NO_DUMPS = "no_dumps"
 LOGSAGE_SCRIPT_ENV = "NVRX_LOGSAGE_SCRIPT"  # upstream's nvrx_logsage.py (a script, not a module)

@@ -19,14 +19,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nvrx.config import STOP_DIMENSIONS
 from nvrx.files import InputError, read_tail
 from nvrx.htmlpage import document, escape
-from nvrx.inject.report import Change, Row, matrix, rank_position
+from nvrx.inject.report import Change, Row, passes_all, rank_position
 from nvrx.score.evidence import judge_excerpt
-from nvrx.score.load import ANALYSIS_DIR, FR_ANALYSIS, LOG_ATTRIBUTION
+from nvrx.score.load import ANALYSIS_DIR, FR_ANALYSIS, LOG_ATTRIBUTION, STRIPPED_LOG
 from nvrx.score.model import DIMENSIONS
 
-STRIPPED_LOG = "stripped.log"  # the blinded log every analyser reads (inject.analysis)
 EXCERPT_CHARS = 1200
 TABLE_CHARS = 900
 NOTES_CHARS = 600
@@ -174,24 +174,20 @@ def _by_dimension(rows: Sequence[Row]) -> str:
 def _by_shape(rows: Sequence[Row], dimensions: Sequence[str]) -> str:
     """fault type × (nodes, rank position), coloured by the share of scored experiments that
     pass every stop dimension."""
-    grid = matrix(rows)
-    faults = sorted({f for f, _, _ in grid})
-    order = {"0": 0, "1": 1, "mid": 2, "last": 3}
-    shapes = sorted({(n, p) for _, n, p in grid}, key=lambda s: (s[0], order.get(s[1], 9)))
-    columns = [f"{n} nodes · rank {p}" for n, p in shapes]
     every: dict[tuple[str, int, str], list[Row]] = defaultdict(list)
     for r in rows:
         e = r.record.experiment
         every[(e.fault.value, e.nodes, rank_position(e.rank, r.case.truth.total_ranks))].append(r)
+    faults = sorted({f for f, _, _ in every})
+    order = {"0": 0, "1": 1, "mid": 2, "last": 3}
+    shapes = sorted({(n, p) for _, n, p in every}, key=lambda s: (s[0], order.get(s[1], 9)))
+    columns = [f"{n} nodes · rank {p}" for n, p in shapes]
     cells = {}
-    for (fault, nodes, pos), cell in grid.items():
-        members = every[(fault, nodes, pos)]
-        ok = sum(
-            r.verdict.status == "scored" and all(r.verdict.passed(d) for d in dimensions)
-            for r in members
-        )
-        rate = ok / cell.scored if cell.scored else None
-        tip = f"{fault}, {nodes} nodes, rank {pos}: {ok} of {cell.scored} scored pass all"
+    for (fault, nodes, pos), members in every.items():
+        scored = sum(r.verdict.status == "scored" for r in members)
+        ok = sum(passes_all(r.verdict, dimensions) for r in members)
+        rate = ok / scored if scored else None
+        tip = f"{fault}, {nodes} nodes, rank {pos}: {ok} of {scored} scored pass all"
         cells[(fault, f"{nodes} nodes · rank {pos}")] = (rate, tip)
     title = "Pass rate (every stop dimension): fault type × nodes × rank position"
     return _heatmap(title, faults, columns, cells)
@@ -240,11 +236,10 @@ def _trend(
     )
 
 
-def _experiment(row: Row, ev: Evidence) -> str:
+def _experiment(row: Row, ev: Evidence, dimensions: Sequence[str]) -> str:
     r, v = row.record, row.verdict
     e = r.experiment
-    passed_all = v.status == "scored" and all(v.passed(d) for d in DIMENSIONS[:4])
-    badge = {"scored": "pass" if passed_all else "fail"}.get(v.status, v.status)
+    badge = {"scored": "pass" if passes_all(v, dimensions) else "fail"}.get(v.status, v.status)
     dims = "".join(
         f"<td class='{('ok' if v.passed(d) else 'bad') if v.status == 'scored' else 'na'}'>"
         f"{_e(getattr(v, d) or '–')}</td>"
@@ -293,7 +288,7 @@ def page(
     stop: tuple[bool, str],
     evidences: Sequence[Evidence],
     trend: tuple[Sequence[Change], Sequence[str], Sequence[str]] | None,
-    dimensions: Sequence[str] = DIMENSIONS[:4],
+    dimensions: Sequence[str] = STOP_DIMENSIONS,
 ) -> str:
     """The whole page, a pure function of its inputs (the same journal gives the same page)."""
     scored = [r for r in rows if r.verdict.status == "scored"]
@@ -313,6 +308,6 @@ def page(
         "<h2>Against the previous session</h2>",
         _trend(changes, only_old, only_new),
         "<h2>Experiments</h2>",
-        *(_experiment(r, ev) for r, ev in zip(rows, evidences, strict=True)),
+        *(_experiment(r, ev, dimensions) for r, ev in zip(rows, evidences, strict=True)),
     ]
     return document(f"nvrx report {session_dir.name}", "".join(body), _CSS)

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from nvrx.campaign.pool import Experiment
 from nvrx.campaign.session import Record, SessionState
+from nvrx.config import STOP_DIMENSIONS
 from nvrx.inject.analysis import ExperimentAnalysis
 from nvrx.score.model import DIMENSIONS, PASS_VALUE
 
@@ -137,7 +138,7 @@ def progress_view(
     jobs in Slurm with their state and time since submission, the last ones that ended."""
     done, running, queued = _counts(state)
     scored = [r.verdict for r in state.records if r.verdict and r.verdict.get("status") == "scored"]
-    passing = sum(all(v.get(d) == PASS_VALUE[d] for d in DIMENSIONS[:4]) for v in scored)
+    passing = sum(all(v.get(d) == PASS_VALUE[d] for d in STOP_DIMENSIONS) for v in scored)
     parts = [f"{done} done, {running} running, {queued} queued"]
     parts.append(
         f"pass rate so far {round(100 * passing / len(scored))}% of {len(scored)} scored"

@@ -33,6 +33,7 @@ ANALYSIS_DIR = "analysis"
 RUN_VALID = "run_valid.txt"
 LOG_ATTRIBUTION = "log_attribution.txt"
 FR_ANALYSIS = "fr_analysis.txt"
+STRIPPED_LOG = "stripped.log"  # the blinded log every analyser reads (inject.analysis writes it)
 
 
 @dataclass(frozen=True, slots=True)

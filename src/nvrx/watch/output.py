@@ -237,17 +237,12 @@ def pass_renderable(result: PassResult, footer: str = "") -> Any:
 
 def print_pass(result: PassResult, out: TextIO, *, color: bool) -> None:
     """Write one pass's screen to `out`, styled when `color` (a terminal)."""
-    lines = pass_lines(result)
     if not color:
+        lines = pass_lines(result)
         out.write("".join("".join(text for text, _ in line) + "\n" for line in lines))
         out.flush()
         return
     from rich.console import Console
-    from rich.text import Text
 
     console = Console(file=out, highlight=False, markup=False, emoji=False, soft_wrap=True)
-    for line in lines:
-        row = Text()
-        for text, style in line:
-            row.append(text, style=style or None)
-        console.print(row)
+    console.print(pass_renderable(result))
