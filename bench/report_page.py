@@ -24,6 +24,7 @@ from nvrx.campaign.pool import Experiment, FaultType
 from nvrx.campaign.session import Session
 from nvrx.inject.report import write_html
 from nvrx.inject.run import CampaignSpec, record_session
+from nvrx.inject.window import Window
 from nvrx.score.model import DIMENSIONS, PASS_VALUE
 
 FAULTS = ("SEGFAULT", "GPU_SLEEP", "SIGKILL", "WORKLOAD_EXC", "GPU_ERROR", "SIGTERM")
@@ -36,7 +37,7 @@ def build_session(base: Path, experiments: int) -> Path:
         nodes = (2, 4, 8)[i % 3]
         planned.append(Experiment(FaultType(FAULTS[i % len(FAULTS)]), i % (nodes * 4), 5, nodes))
     spec = CampaignSpec(workload="w", script="s", gpus_per_node=4, time_limit="00:10:00")
-    record_session(session, spec, planned, pool_source="b", settings={}, argv=[], batch_size=2)
+    record_session(session, spec, planned, pool_source="b", settings={}, argv=[], window=Window(2))
     line = "[rank3]: RuntimeError: NCCL watchdog timeout waiting for rank 1 " * 2
     records = session.state().records
     for i, record in enumerate(records):

@@ -19,6 +19,7 @@ from nvrx.campaign.pool import (
     split_pool,
 )
 from nvrx.campaign.session import Journal, JournalError, SessionError, replay
+from nvrx.inject.window import Window
 from nvrx.inject.workloads import WorkloadError, find_workload, load_registry
 
 
@@ -247,7 +248,7 @@ def test_an_open_intent_is_called_never_submitted_only_once_it_had_time_to_show(
     # The queue and accounting know no such job, twice.
     replay = Replay({"squeue": [(0, "", "")] * 2, "sacct": [(0, "", "")] * 2})
     reporter = _Notes()
-    campaign = Campaign(session, slurm_for(replay), reporter, batch_size=2)
+    campaign = Campaign(session, slurm_for(replay), reporter, window=Window(2))
 
     campaign._reconcile(session.state())  # sbatch's answer may just have been lost: wait
     assert [r.status for r in session.state().records] == ["submitting"]
@@ -268,7 +269,7 @@ def test_a_campaign_whose_journal_has_no_spec_ends_with_an_error_not_a_traceback
 
     session = Session.create(tmp_path)
     session.journal.append("session", spec="damaged")
-    campaign = Campaign(session, slurm_for(Replay({})), _Notes(), batch_size=2)
+    campaign = Campaign(session, slurm_for(Replay({})), _Notes(), window=Window(2))
     outcome = campaign.run()
     assert outcome.error is not None and "no campaign spec" in outcome.error
     assert session.state().gpus_per_node(default=4) == 4

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from nvrx.campaign.session import Session
 from nvrx.inject.output import RECENT_ENDED, progress_view
+from nvrx.inject.window import Window
 
 from .test_inject_report import session_with, verdict
 
@@ -37,7 +38,7 @@ def test_the_view_counts_rates_and_estimates_from_the_finished_experiments(tmp_p
     more = Session.create(tmp_path / "more", now=datetime(2026, 1, 2))
     spec = CampaignSpec(workload="w", script="s", gpus_per_node=4, time_limit="00:10:00")
     entries = [Experiment(FaultType("SIGKILL"), r, 5, 2) for r in range(4)]
-    record_session(more, spec, entries, pool_source="t", settings={}, argv=[], batch_size=2)
+    record_session(more, spec, entries, pool_source="t", settings={}, argv=[], window=Window(2))
     for i in range(2):
         more.journal.append("submitted", index=i, job_id=str(10 + i), comment="c")
         more.journal.append("ended", index=i, job_id=str(10 + i), state="FAILED")

@@ -24,6 +24,7 @@ from nvrx.inject.report import (
     write_reports,
 )
 from nvrx.inject.run import CampaignSpec, record_session
+from nvrx.inject.window import Window
 from nvrx.score.model import DIMENSIONS
 
 from .cli_runner import nvrx as nvrx_in_process
@@ -53,7 +54,9 @@ def session_with(
         fault, rank, iteration, nodes = entry.split(":")
         experiments.append(Experiment(FaultType(fault), int(rank), int(iteration), int(nodes)))
     spec = CampaignSpec(workload="w", script="s", gpus_per_node=4, time_limit="00:10:00")
-    record_session(session, spec, experiments, pool_source="t", settings={}, argv=[], batch_size=2)
+    record_session(
+        session, spec, experiments, pool_source="t", settings={}, argv=[], window=Window(2)
+    )
     for i, (_, v) in enumerate(outcomes):
         session.journal.append("submitted", index=i, job_id=str(100 + i), comment="c")
         session.journal.append("ended", index=i, job_id=str(100 + i), state="FAILED")
@@ -276,7 +279,7 @@ def test_the_stop_condition_is_not_met_by_a_session_that_did_not_finish_or_ran_o
         pool_source="t",
         settings={},
         argv=[],
-        batch_size=2,
+        window=Window(2),
     )
     third.journal.append("planned", index=1, fault="LOCK_GIL", rank=2, iter=5, nodes=2)
     _, rows, stop = write_reports(third.dir)
@@ -348,7 +351,7 @@ def test_a_key_given_on_the_command_line_never_reaches_the_journal(tmp_path: Pat
         "score.api_key=sk-live-1",
         "--set=inject.llm_api_key=sk-2",
     ]
-    record_session(session, spec, [], pool_source="t", settings={}, argv=argv, batch_size=2)
+    record_session(session, spec, [], pool_source="t", settings={}, argv=argv, window=Window(2))
     text = (session.dir / "journal.jsonl").read_text()
     assert "sk-live-1" not in text and "sk-2" not in text
     (event,) = [json.loads(line) for line in text.splitlines()]

@@ -16,6 +16,7 @@ import pytest
 from nvrx.campaign.pool import Experiment, FaultType
 from nvrx.campaign.session import Session
 from nvrx.inject.run import CampaignSpec, record_session
+from nvrx.inject.window import Window
 
 from .cli_runner import nvrx as nvrx_in_process
 from .fake_openai import GOOD_ANSWER, FakeOpenAI, Reply
@@ -50,7 +51,7 @@ def make_session(
     experiments = [Experiment(FaultType(f), r, 5, 2) for f, r, _, _ in rows]
     spec = CampaignSpec(workload="w", script="s.sbatch", gpus_per_node=gpus, time_limit="00:10:00")
     record_session(
-        session, spec, experiments, pool_source="test", settings={}, argv=["nvrx"], batch_size=2
+        session, spec, experiments, pool_source="test", settings={}, argv=["nvrx"], window=Window(2)
     )
     for i, (e, (_, _, text, fr)) in enumerate(zip(experiments, rows, strict=True)):
         job = str(1000 + i)

@@ -2,14 +2,19 @@
 outcome, from which the whole state is rebuilt (so a resumed or crashed driver loses nothing).
 
     <base>/fault_injection/<YYYYMMDD_HHMMSS>/
-      experiments.tsv        upstream columns, one row per submitted job (appended, fsynced)
+      experiments.tsv        upstream columns, one row per submitted job in pool order (appended,
+                             fsynced)
       journal.jsonl          one JSON object per event (appended, fsynced)
       n<N>_<FAULT>_r<R>_i<I>/logs/slurm/, checkpoints/, tensorboard/
 
 Journal events: `session` (what the campaign is), `planned` (one per experiment), `submitting`
-(intent, before sbatch), `submitted` (job id), `submit_failed`, `ended` (final state from
-accounting), `cancelled` (by the driver: wall-clock cap or interrupt), `interrupted`,
+(intent, before sbatch; `ahead_of` when it goes before a blocked experiment), `submitted` (job
+id), `submit_failed`, `ended` (final state from accounting), `cancelled` (by the driver:
+wall-clock cap or interrupt), `interrupted`,
 `analysed` (validity, decision, FR ranks and the verdict; appended again by a re-analysis).
+
+One module because the journal's durable append, its replay and the tracking file are one
+on-disk format: what a crash may leave in one, the others must read.
 """
 
 from __future__ import annotations
@@ -159,6 +164,7 @@ class Record:
     start: str | None = None
     end: str | None = None
     cancelled: str | None = None  # why the driver cancelled it
+    ahead_of: int | None = None  # the blocked experiment it was submitted before (pool index)
     analysis: dict[str, Any] | None = None  # the latest `analysed` event (validity, decision...)
     verdict: dict[str, Any] | None = None  # the verdict of that analysis
 
@@ -188,6 +194,7 @@ class Record:
             "start": self.start,
             "end": self.end,
             "cancelled": self.cancelled,
+            "ahead_of": self.ahead_of,
             "analysis": self.analysis,
             "verdict": self.verdict,
         }
@@ -203,6 +210,7 @@ class SessionState:
     skipped_lines: tuple[int, ...] = ()  # damaged journal lines a forced read skipped
     orphaned_events: int = 0  # and the events about experiments those lines planned
     torn_tail: bool = False  # the last line was a write cut short by a crash
+    passed_over: set[int] = field(default_factory=set)  # experiments something went ahead of
     by_index: dict[int, Record] = field(default_factory=dict, repr=False)
 
     def notes(self, journal: Path) -> list[str]:
@@ -298,6 +306,12 @@ def _apply(state: SessionState, ev: dict[str, Any], session_dir: Path) -> None:
         if kind == "submitting":
             r.status, r.job_name, r.comment = "submitting", ev["job_name"], ev["comment"]
             r.intent_at = datetime.fromisoformat(ev["at"])
+            ahead = ev.get("ahead_of")
+            if ahead is not None:
+                if type(ahead) is not int or ahead not in state.by_index:
+                    raise ValueError(f"ahead_of {str(ahead)[:20]!r} names no planned experiment")
+                r.ahead_of = ahead
+                state.passed_over.add(ahead)
         elif kind == "submitted":
             r.status, r.job_id = "submitted", str(ev["job_id"])
             r.comment = ev.get("comment", r.comment)
@@ -323,6 +337,8 @@ class Session:
         self.dir = directory
         self.journal = Journal(directory / JOURNAL_NAME)
         self.tsv = directory / TSV_NAME
+        self._tracked: set[str] | None = None  # job ids with a tracking row, read once
+        self._tracked_upto = 0  # every record before this pool index has its row
 
     @property
     def session_id(self) -> str:
@@ -363,10 +379,43 @@ class Session:
         for sub in ("logs/slurm", "checkpoints", "tensorboard"):
             (record.dir / sub).mkdir(parents=True, exist_ok=True)
 
-    def track(self, record: Record) -> None:
-        """The upstream tracking row, appended at submission (upstream readers keep working)."""
-        e = record.experiment
-        _append(
-            self.tsv,
-            f"{record.job_id}\t{e.fault.value}\t{e.rank}\t{e.iteration}\t{e.nodes}\t{record.dir}\n",
-        )
+    def track(self, state: SessionState, *, flush: bool = False) -> None:
+        """Append the upstream tracking rows (upstream readers keep working) in pool order:
+        a submitted job's row goes in once every experiment before it in the pool has its own,
+        so a job that went ahead of a blocked one waits for it (one decision at most). `flush`
+        writes the rows still held, out of order, when the driver stops first: a job that ran
+        always has its row. Rows already in the file (an earlier run) are never repeated."""
+        if self._tracked is None:
+            self._tracked = self._tracked_job_ids()
+        rows: list[str] = []
+        for position in range(self._tracked_upto, len(state.records)):
+            record = state.records[position]
+            if record.job_id is None:
+                if not flush:
+                    break
+                continue
+            if record.job_id not in self._tracked:
+                e = record.experiment
+                rows.append(
+                    f"{record.job_id}\t{e.fault.value}\t{e.rank}\t{e.iteration}\t{e.nodes}"
+                    f"\t{record.dir}\n"
+                )
+                self._tracked.add(record.job_id)
+            if self._tracked_upto == position:
+                self._tracked_upto = position + 1
+        if rows:
+            _append(self.tsv, "".join(rows))
+
+    def _tracked_job_ids(self) -> set[str]:
+        """The job ids the tracking file has rows for (its first column)."""
+        try:
+            data, _ = read_bounded(self.tsv, "tracking file")
+        except InputError as exc:
+            if exc.errno == errno.ENOENT:
+                return set()
+            raise SessionError(str(exc)) from None
+        return {
+            line.split(b"\t", 1)[0].decode("utf-8", "replace")
+            for line in data.split(b"\n")[1:]
+            if line.strip()
+        }

@@ -43,9 +43,14 @@ def inject_loop_cmd(
     batch_size: Annotated[
         int | None, typer.Option(help="Jobs of the session in Slurm at once.")
     ] = None,
-    barrier: Annotated[
-        bool, typer.Option("--barrier", help="Upstream's batches: wait for a whole batch.")
-    ] = False,
+    window: Annotated[
+        str | None,
+        typer.Option(
+            help="Which experiment goes next: node-aware (a later one that fits the idle nodes "
+            "when the next cannot start), strict (pool order) or barrier (upstream's batches).",
+            autocompletion=lambda: ["node-aware", "strict", "barrier"],
+        ),
+    ] = None,
     base_dir: Annotated[
         Path | None, typer.Option(help="Sessions go to <this>/fault_injection/<timestamp>/.")
     ] = None,
@@ -108,7 +113,7 @@ def inject_loop_cmd(
             workload=workload,
             sbatch_script=sbatch_script,
             batch_size=batch_size,
-            barrier=barrier,
+            window_mode=window,
             base_dir=base_dir,
             time_limit=time_limit,
             resume=resume,

@@ -263,6 +263,17 @@ class InjectSettings(_Section):
         return value
 
     batch_size: int = Field(2, ge=1, le=10_000, description="jobs of the session in Slurm at once")
+    window: Literal["node-aware", "strict", "barrier"] = Field(
+        "node-aware",
+        description="which experiment goes next: a later one that fits the idle nodes when the "
+        "next needs more (node-aware), pool order (strict), upstream's batches (barrier)",
+    )
+    look_ahead: int = Field(
+        8,
+        ge=1,
+        le=10_000,
+        description="node-aware: how far down the pool a job that fits is sought",
+    )
     time_limit: SlurmTime = Field("00:30:00", description="per-job wall clock")
     base_experiments_dir: ExpandedPath = Field(
         Path("~/nvrx-attr-experiments"), description="sessions live under <this>/fault_injection"

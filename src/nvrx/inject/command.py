@@ -26,7 +26,7 @@ def inject_loop(
     workload: str | None,
     sbatch_script: Path | None,
     batch_size: int | None,
-    barrier: bool,
+    window_mode: str | None,
     base_dir: Path | None,
     time_limit: str | None,
     resume: Path | None,
@@ -60,12 +60,12 @@ def inject_loop(
         summary_json,
     )
     from nvrx.inject.plan import (
+        campaign_window,
         make_plan,
         plan_pool,
         planned_commands,
         rerun_plan,
         start_session,
-        window_size,
     )
     from nvrx.inject.report import failing_entries
     from nvrx.inject.report import rows as report_rows
@@ -85,7 +85,7 @@ def inject_loop(
     resume = resume.resolve() if resume is not None else None
     if reanalyze is not None and (
         rerun_failing or resume or extra_args or dry_run or list_pool or no_analysis
-        or pool or workload or sbatch_script or batch_size or base_dir or time_limit
+        or pool or workload or sbatch_script or batch_size or window_mode or base_dir or time_limit
     ):  # fmt: skip
         raise CommandError(
             "--reanalyze works on a session alone: no other session, pool, job or sbatch option"
@@ -112,6 +112,7 @@ def inject_loop(
         "inject.workload": (workload, "--workload"),
         "inject.sbatch_script": (sbatch_script, "--sbatch-script"),
         "inject.batch_size": (batch_size, "--batch-size"),
+        "inject.window": (window_mode, "--window"),
         "inject.base_experiments_dir": (base_dir, "--base-dir"),
         "inject.time_limit": (time_limit, "--time-limit"),
         "inject.iters": (iters, "--iters"),
@@ -159,13 +160,13 @@ def inject_loop(
                 )
             session = Session.open(resume)
             state = session.state()
-            size = window_size(loaded, state.info)
+            window = campaign_window(loaded, state.info)
             tools = analysis(state.gpus_per_node())
         else:
             if rerun_failing is not None and old is not None:
                 plan = rerun_plan(rerun_failing, old, entries)
                 home = rerun_failing.parent.parent  # beside OLD: the stop condition compares them
-                size = window_size(loaded, old.info)
+                window = campaign_window(loaded, old.info)
             elif list_pool:  # the pool alone: listing it needs no sbatch script yet
                 listed = plan_pool(loaded, allow_duplicates=allow_duplicates)
                 note_duplicates(listed.pool.duplicates)
@@ -174,7 +175,7 @@ def inject_loop(
             else:
                 plan = make_plan(loaded, allow_duplicates=allow_duplicates, extra_args=extra_args)
                 home = Path(cfg.base_experiments_dir)
-                size = window_size(loaded)
+                window = campaign_window(loaded)
             note_duplicates(plan.pool.duplicates)
             if list_pool:  # with --rerun-failing: the pool the re-run would run
                 stdout().print(pool_table(list(plan.pool.experiments), plan.spec.gpus_per_node))
@@ -185,7 +186,7 @@ def inject_loop(
                     stdout().print(f"[dry-run] {shlex.join(argv)}")
                 return 0
             tools = analysis(plan.spec.gpus_per_node)
-            session = start_session(plan, loaded, sys.argv, home, size)
+            session = start_session(plan, loaded, sys.argv, home, window)
     except (CampaignError, SlurmValueError, ScoreError) as exc:
         raise CommandError(str(exc)) from None
     except SlurmError as exc:
@@ -202,8 +203,7 @@ def inject_loop(
         session,
         slurm,
         reporter,
-        batch_size=size,
-        barrier=barrier,
+        window=window,
         poll_interval=loaded.config.slurm.poll_interval,
         cap_seconds=cfg.experiment_timeout,
         cancel_on_interrupt=cancel_on_interrupt,

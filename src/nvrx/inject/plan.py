@@ -11,6 +11,7 @@ from nvrx.campaign.pool import Pool, at_iterations, build_pool, pool_entries
 from nvrx.campaign.session import Record, Session, SessionError, SessionState
 from nvrx.config import LoadedConfig
 from nvrx.inject.run import SITE_VARIABLES, CampaignSpec, experiment_options, record_session
+from nvrx.inject.window import Window, WindowMode
 from nvrx.inject.workloads import Workload, WorkloadError, find_workload, load_registry
 from nvrx.slurm import Slurm
 
@@ -127,18 +128,36 @@ def planned_commands(plan: Plan, slurm: Slurm, base: Path) -> list[list[str]]:
     ]
 
 
-def window_size(loaded: LoadedConfig, recorded: Mapping[str, Any] | None = None) -> int:
-    """Jobs of the session in Slurm at once. The one precedence rule: a value given on this
-    command line (`--batch-size`, `--set inject.batch_size=`) wins; else the one the session
-    being resumed or re-run recorded; else `inject.batch_size` from the other layers."""
-    configured = loaded.config.inject.batch_size
-    if loaded.origins["inject.batch_size"].layer == "cli" or recorded is None:
-        return configured
-    value = recorded.get("batch_size")
-    return (
-        value
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0
-        else configured
+def _positive(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def campaign_window(loaded: LoadedConfig, recorded: Mapping[str, Any] | None = None) -> Window:
+    """The window, by one precedence rule for each of its settings: a value given on this
+    command line (`--batch-size`, `--window`, `--set inject.look_ahead=`) wins; else the one the
+    session being resumed or re-run recorded; else the config's from the other layers."""
+    cfg = loaded.config.inject
+
+    def pick(key: str, configured: Any, valid: Any) -> Any:
+        if loaded.origins[f"inject.{key}"].layer == "cli" or recorded is None:
+            return configured
+        value = recorded.get(key)
+        return value if valid(value) else configured
+
+    modes = {m.value for m in WindowMode}
+    mode = WindowMode(pick("window", cfg.window, lambda v: v in modes))
+    # Recorded before the window had modes, a session ran in pool order: it goes on so, unless
+    # this command line asks otherwise.
+    if (
+        recorded is not None
+        and "window" not in recorded
+        and loaded.origins["inject.window"].layer != "cli"
+    ):
+        mode = WindowMode.STRICT
+    return Window(
+        size=pick("batch_size", cfg.batch_size, _positive),
+        mode=mode,
+        look_ahead=pick("look_ahead", cfg.look_ahead, _positive),
     )
 
 
@@ -147,10 +166,10 @@ def start_session(
     loaded: LoadedConfig,
     argv: Sequence[str],
     base: Path | None = None,
-    batch_size: int | None = None,
+    window: Window | None = None,
 ) -> Session:
     """A new session directory (under `base`, default inject.base_experiments_dir) with the
-    campaign, its window (default `window_size(loaded)`) and its experiments journalled."""
+    campaign, its window (default `campaign_window(loaded)`) and its experiments journalled."""
     cfg = loaded.config.inject
     if base is None:
         default = loaded.origins["inject.base_experiments_dir"].layer == "default"
@@ -167,7 +186,7 @@ def start_session(
         pool_source=plan.pool_source,
         settings={k: {"value": v, "source": str(o)} for k, v, o in loaded.rows()},
         argv=argv,
-        batch_size=batch_size or window_size(loaded),
+        window=window or campaign_window(loaded),
     )
     return session
 

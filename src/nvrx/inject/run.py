@@ -1,9 +1,12 @@
 """The campaign driver: a sliding window of at most BATCH_SIZE jobs of the session in Slurm.
 
 The next experiment is submitted as soon as one leaves (not when the whole batch has; `barrier`
-reproduces upstream's batches for comparison). All in-flight jobs cost one squeue per pass (plus
-one sacct for those that left the queue); a job leaves the window only when accounting has its
-final state — a failed query is never "done" (upstream read a failed squeue as "batch done").
+reproduces upstream's batches for comparison). Which one is `inject.window.choose`'s answer: in
+pool order, or (node-aware, the default) a later one that can start now when the next one
+needs more nodes than are idle. All in-flight jobs cost one squeue per pass (plus one sacct for
+those that left the queue, and one sinfo when a slot is free for a node-aware choice); a job
+leaves the window only when accounting has its final state — a failed query is never "done"
+(upstream read a failed squeue as "batch done").
 Every intent is journalled before it is carried out, so a driver killed at any point resumes
 without resubmitting or losing an experiment: a job submitted just before the crash is found by
 its comment or its unique job name.
@@ -27,8 +30,10 @@ from nvrx.campaign.pool import CampaignError, Experiment
 from nvrx.campaign.session import Record, Session, SessionError, SessionState, utcnow
 from nvrx.config import redact_argv
 from nvrx.inject.analysis import Analyst, ExperimentAnalysis
+from nvrx.inject.window import Submit, Waiting, Window, WindowMode, choose
 from nvrx.slurm import ErrorKind, Slurm, SlurmError, SlurmValueError, SubmitOptions
 from nvrx.slurm.poller import JobStatus, StatePoller
+from nvrx.slurm.states import JobState
 
 # Exported to every job besides the experiment's own values: upstream's (the four paths and
 # NVRX_ATTR_SCRIPT_DIR, always), and the cache-staging ones when set (docs/upstream-parity.md).
@@ -133,6 +138,14 @@ class Outcome:
         return all(r.status == "ended" for r in self.state.records)
 
 
+def _placed(status: JobStatus) -> bool:
+    """The job holds its nodes or has given them back: whatever sinfo says idle it won't take.
+    Pending, or unknown to every source, it still may."""
+    if status.state is JobState.PENDING:
+        return False
+    return not (status.state is JobState.UNKNOWN and status.source == "none")
+
+
 def _crash_point() -> tuple[str, int] | None:
     """Test seam: NVRX_INJECT_CRASH_AT=<point>:<n> kills the driver with SIGKILL at that point
     after n submissions (points: before-submit, after-submit, waiting), or once n analyses are
@@ -150,8 +163,7 @@ class Campaign:
         slurm: Slurm,
         reporter: Reporter,
         *,
-        batch_size: int,
-        barrier: bool = False,
+        window: Window,
         poll_interval: float = 30.0,
         cap_seconds: float | None = None,
         cancel_on_interrupt: bool = False,
@@ -161,8 +173,7 @@ class Campaign:
         self.session = session
         self.slurm = slurm
         self.reporter = reporter
-        self.batch_size = batch_size
-        self.barrier = barrier
+        self.window = window
         self.poll_interval = poll_interval
         self.cap_seconds = cap_seconds
         self.cancel_on_interrupt = cancel_on_interrupt
@@ -172,6 +183,10 @@ class Campaign:
         self.crash = _crash_point()
         self.submissions = 0
         self.analysed = 0  # analyses journalled by this driver
+        # Job ids the latest pass saw past pending: every other in-flight job may still take
+        # nodes the partition shows idle (pending, unseen, or submitted after that pass).
+        self._placed: set[str] = set()
+        self._blind_nodes: str | None = None  # why idle nodes are unknown (said once)
 
     # --- the loop -------------------------------------------------------------------------
 
@@ -180,6 +195,7 @@ class Campaign:
         try:
             spec = CampaignSpec.from_json(state.info.get("spec"))
             self._reconcile(state)
+            self.session.track(self.session.state())  # rows a killed driver had not written
             if self.analyst is not None:  # ended before a crash or an interrupt, not analysed
                 for record in state.by_status("ended"):
                     if not record.analysed:
@@ -192,17 +208,18 @@ class Campaign:
                 planned = state.by_status("planned")
                 if not (in_flight or unsure or planned):
                     self._collect(block=True)
+                    self.session.track(state, flush=True)
                     return Outcome(self.session.state())
                 if unsure:
                     self._reconcile(state)
                     state = self.session.state()
                     planned = state.by_status("planned")
                     in_flight = state.by_status("submitted")
-                free = self.batch_size - len(in_flight) - len(state.by_status("submitting"))
-                if self.barrier and in_flight:
+                free = self.window.size - len(in_flight) - len(state.by_status("submitting"))
+                if self.window.mode is WindowMode.BARRIER and in_flight:
                     free = 0
-                for record in planned[: max(free, 0)]:
-                    self._submit(spec, record, state)
+                for pick in self._choose(spec, state, planned, free):
+                    self._submit(spec, state.by_index[pick.index], state, pick.ahead_of)
                 self._check("waiting")
                 self.sleep(self.poll_interval)
                 self._poll(self.session.state())
@@ -210,7 +227,54 @@ class Campaign:
             return self._interrupted()
         except (SlurmError, SlurmValueError, CampaignError) as exc:
             self._collect(block=True)  # what ended is still analysed and journalled
+            self.session.track(self.session.state(), flush=True)
             return Outcome(self.session.state(), error=str(exc))
+
+    def _choose(
+        self, spec: CampaignSpec, state: SessionState, planned: Sequence[Record], free: int
+    ) -> list[Submit]:
+        if free <= 0 or not planned:
+            return []
+        idle = None
+        if self.window.mode is WindowMode.NODE_AWARE:
+            idle = self._idle_nodes(spec, state)
+        picks = choose(
+            [Waiting(r.index, r.experiment.nodes) for r in planned],
+            free,
+            idle,
+            mode=self.window.mode,
+            look_ahead=self.window.look_ahead,
+            passed_over=state.passed_over,
+        )
+        for pick in picks:
+            if pick.ahead_of is not None:
+                head = state.by_index[pick.ahead_of].experiment
+                self.reporter.note(
+                    f"{state.by_index[pick.index].experiment.entry} goes ahead of {head.entry}, "
+                    f"which needs {head.nodes} node(s) ({idle} idle)"
+                )
+        return picks
+
+    def _idle_nodes(self, spec: CampaignSpec, state: SessionState) -> int | None:
+        """Nodes of the partition a job of this session can start on now: sinfo's idle ones,
+        less those the session's own jobs not yet running will take. None (pool order) when
+        sinfo cannot say."""
+        try:
+            nodes = self.slurm.partition_nodes(spec.partition)
+        except (SlurmError, SlurmValueError) as exc:
+            if self._blind_nodes is None:
+                self.reporter.note(f"idle nodes unknown ({exc}); submitting in pool order")
+            self._blind_nodes = str(exc)
+            return None
+        if self._blind_nodes is not None:
+            self.reporter.note("idle nodes known again; node-aware order resumes")
+            self._blind_nodes = None
+        waiting = sum(
+            r.experiment.nodes
+            for r in state.by_status("submitted") + state.by_status("submitting")
+            if r.job_id not in self._placed
+        )
+        return max(nodes.idle - waiting, 0)
 
     def _collect(self, *, block: bool = False) -> None:
         if self.analyst is None:
@@ -229,13 +293,22 @@ class Campaign:
         if self.crash is not None and self.crash[0] == point and count >= self.crash[1]:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def _submit(self, spec: CampaignSpec, record: Record, state: SessionState) -> None:
+    def _submit(
+        self, spec: CampaignSpec, record: Record, state: SessionState, ahead_of: int | None = None
+    ) -> None:
         options = experiment_options(spec, self.session, record)
         self.session.prepare_dir(record)
         self._check("before-submit")
         self.session.journal.append(
-            "submitting", index=record.index, job_name=options.job_name, comment=options.comment
+            "submitting",
+            index=record.index,
+            job_name=options.job_name,
+            comment=options.comment,
+            **({"ahead_of": ahead_of} if ahead_of is not None else {}),
         )
+        if ahead_of is not None:  # the head is passed over once, whatever happens next
+            record.ahead_of = ahead_of
+            state.passed_over.add(ahead_of)
         try:
             sub = self.slurm.submit(options, script=Path(spec.script))
         except SlurmError as exc:
@@ -252,7 +325,7 @@ class Campaign:
             "submitted", index=record.index, job_id=sub.job_id, comment=sub.comment
         )
         record.job_id, record.status = sub.job_id, "submitted"
-        self.session.track(record)
+        self.session.track(state)
         done = len(state.by_status("ended"))
         self.reporter.submitted(record, done, len(state.records))
         self._check("after-submit")
@@ -262,6 +335,7 @@ class Campaign:
         if not in_flight:
             return
         result = self.poller.poll([r.job_id for r in in_flight if r.job_id])
+        self._placed = {i for i, status in result.jobs.items() if _placed(status)}
         blind = None
         if result.queue_error is not None:
             blind = f"squeue failed ({result.queue_error}); nothing is marked done"
@@ -354,7 +428,7 @@ class Campaign:
                 "submitted", index=record.index, job_id=job, comment=record.comment, recovered=True
             )
             record.job_id = job
-            self.session.track(record)
+            self.session.track(state)
             self.reporter.note(
                 f"found {record.experiment.entry} as job {job} (submitted before the restart)"
             )
@@ -373,6 +447,7 @@ class Campaign:
             except SlurmError as exc:
                 self.reporter.note(f"could not cancel in-flight jobs {in_flight}: {exc}")
         self.session.journal.append("interrupted", cancelled=cancelled)
+        self.session.track(self.session.state(), flush=True)
         return Outcome(self.session.state(), interrupted=True)
 
 
@@ -384,14 +459,16 @@ def record_session(
     pool_source: str,
     settings: dict[str, Any],
     argv: Sequence[str],
-    batch_size: int,
+    window: Window,
 ) -> None:
     """The session's first events: what the campaign is, then one `planned` per experiment."""
     session.journal.append(
         "session",
         spec=asdict(spec),
         pool=pool_source,
-        batch_size=batch_size,
+        batch_size=window.size,
+        window=window.mode.value,
+        look_ahead=window.look_ahead,
         settings=settings,
         argv=redact_argv(argv),  # a key given with --set never reaches the journal
         created=datetime.now().isoformat(),

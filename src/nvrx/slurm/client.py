@@ -30,20 +30,24 @@ from nvrx.slurm.errors import (
 from nvrx.slurm.options import (
     SubmitOptions,
     check_job_ids,
+    check_name,
     check_query_name,
     check_signal,
     check_user,
 )
 from nvrx.slurm.parse import (
     SACCT_FORMAT,
+    SINFO_FORMAT,
     SQUEUE_FORMAT,
     AccountingRow,
+    PartitionNodes,
     QueueRow,
     Submission,
     parse_sacct,
     parse_sbatch_parsable,
     parse_scontrol_records,
     parse_show_config,
+    parse_sinfo,
     parse_squeue,
 )
 from nvrx.slurm.runner import (
@@ -151,7 +155,7 @@ class JobInfo:
 
 
 class Slurm:
-    """Typed access to sbatch, squeue, sacct, scancel and scontrol."""
+    """Typed access to sbatch, squeue, sacct, sinfo, scancel and scontrol."""
 
     def __init__(
         self,
@@ -429,6 +433,27 @@ class Slurm:
         argv += [*flags, *ids]
         self.executor.run(argv)
         return argv
+
+    # --- sinfo -----------------------------------------------------------------------------
+
+    def partition_nodes(self, partition: str | None = None) -> PartitionNodes:
+        """One `sinfo`: how many nodes `partition` (None: the default partition) has, and how
+        many a job can start on now. A partition sinfo does not list is a SlurmError."""
+        argv = [self._cmd("sinfo"), "-h", "-o", SINFO_FORMAT]
+        if partition is not None:
+            argv += ["-p", check_name(partition, "partition")]
+        result = self.executor.run(argv)
+        nodes = self._parse(lambda text: parse_sinfo(text, partition), result)
+        if nodes is None:
+            raise SlurmError(
+                f"sinfo lists no partition {partition!r}"
+                if partition is not None
+                else "sinfo lists no default partition",
+                argv=result.argv,
+                returncode=result.returncode,
+                stderr=result.stderr,
+            )
+        return nodes
 
     # --- scontrol --------------------------------------------------------------------------
 

@@ -1,6 +1,8 @@
 """Parsers for Slurm command output: pure functions of text, tested on recorded output.
 
-The format strings live next to their parsers so the two cannot drift apart.
+The format strings live next to their parsers so the two cannot drift apart. One module
+because every command's parser shares the one record splitter and time reader: split by command
+they would all import one another's pieces.
 """
 
 from __future__ import annotations
@@ -133,6 +135,50 @@ def parse_squeue(text: str) -> list[QueueRow]:
             )
         )
     return rows
+
+
+# sinfo, one row per partition and node state: %P ends in '*' for the default partition.
+SINFO_FIELDS: tuple[tuple[str, str], ...] = (
+    ("partition", "%P"),
+    ("availability", "%a"),
+    ("node_count", "%D"),
+    ("state", "%T"),
+)
+SINFO_FORMAT = DELIMITER.join(code for _, code in SINFO_FIELDS)
+# A node a job can start on now: idle, or idle and powered down (a job powers it up). Any other
+# suffix (`*` not responding, `#` powering up, `-` planned by backfill for another job, `$`
+# maintenance, `@` reboot pending, `!`/`%` powering down) or state is not free.
+_FREE_NODE_STATES = frozenset({"idle", "idle~"})
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionNodes:
+    """A partition's nodes as one `sinfo` saw them: how many in all, how many free now."""
+
+    partition: str
+    total: int
+    idle: int
+
+
+def parse_sinfo(text: str, partition: str | None) -> PartitionNodes | None:
+    """`sinfo -h -o SINFO_FORMAT` → the nodes of `partition` (None: the default one), or None
+    when the output has no such partition. A partition that is not up has no free node."""
+    total = idle = 0
+    found: str | None = None
+    for f in _records(text, [name for name, _ in SINFO_FIELDS], "sinfo"):
+        name = f["partition"].strip()
+        default = name.endswith("*")
+        name = name.rstrip("*")
+        if (partition is None and not default) or (partition is not None and name != partition):
+            continue
+        count = f["node_count"].strip()
+        if not count.isdigit():
+            raise SlurmParseError(f"sinfo node count {count!r} is not a number")
+        found = name
+        total += int(count)
+        if f["availability"].strip() == "up" and f["state"].strip() in _FREE_NODE_STATES:
+            idle += int(count)
+    return None if found is None else PartitionNodes(found, total, idle)
 
 
 @dataclass(frozen=True, slots=True)
