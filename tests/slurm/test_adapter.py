@@ -16,6 +16,7 @@ from nvrx.slurm import (
     JobState,
     QueueRow,
     Slurm,
+    SlurmError,
     SlurmPolicyError,
     SlurmUnavailable,
     SubmitOptions,
@@ -224,6 +225,22 @@ def test_a_bad_partition_is_a_policy_error_not_retried(slurm: Slurm, job_name: s
     assert "nosuchpart" in err.value.command
     assert "partition" in err.value.stderr.lower()
     assert slurm.calls["sbatch"] == 1
+
+
+def test_sinfo_counts_the_nodes_a_running_job_takes_away(slurm: Slurm, job_name: str) -> None:
+    before = slurm.partition_nodes()
+    assert before.partition == "main" and before.total == 8
+    sub = slurm.submit(
+        SubmitOptions(job_name=job_name, nodes=2, exclusive=True, mem="0"), wrap="sleep 60"
+    )
+    wait_for(
+        lambda: states(slurm.queue([sub.job_id])).get(None) is JobState.RUNNING, what="running"
+    )
+    during = slurm.partition_nodes("main")
+    assert during.idle == before.idle - 2
+    slurm.cancel([sub.job_id])
+    with pytest.raises(SlurmError, match="no partition 'nosuchpart'"):
+        slurm.partition_nodes("nosuchpart")
 
 
 def test_empty_accounting_is_unknown_never_gone(slurm: Slurm) -> None:

@@ -285,7 +285,7 @@ def test_barrier_waits_for_the_whole_batch_where_the_window_does_not(
             "--workload", "cpu_fault_demo", "--sbatch-script", str(sleeper), "--pool", pool,
             "--base-dir", str(base), "--no-analysis", "--json",
             "--set", "slurm.poll_interval=1", "--set", "inject.batch_size=2",
-            *(["--barrier"] if barrier else []),
+            "--window", "barrier" if barrier else "strict",
         )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     events = journal(session_of(base))
@@ -298,3 +298,62 @@ def test_barrier_waits_for_the_whole_batch_where_the_window_does_not(
         assert not overlap, overlap  # never two batches in Slurm at once
     else:
         assert long_with_later  # the window filled the short job's place at once
+
+
+def test_a_job_that_fits_goes_ahead_of_one_that_waits_for_nodes_but_only_once(
+    slurm: Slurm, shared_dir: Path, sleeper: Path
+) -> None:
+    # Two at a time on 8 nodes: a long 2-node job runs, so the 8-node one cannot start. The
+    # node-aware window starts the 2-node one after it instead (once); the 8-node one then
+    # goes next, before the last, and the tracking file and the report keep pool order.
+    base = shared_dir / "node-aware"
+    pool = "SEGFAULT:0:12:2 SEGFAULT:1:1:8 SEGFAULT:2:1:2 SEGFAULT:3:1:2"
+    proc = inject(
+        "--workload", "cpu_fault_demo", "--sbatch-script", str(sleeper), "--pool", pool,
+        "--base-dir", str(base), "--no-analysis", "--json", "--window", "node-aware",
+        "--set", "slurm.poll_interval=1", "--set", "inject.batch_size=2",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    session = session_of(base)
+    events = journal(session)
+    order = [e["index"] for e in events if e["event"] == "submitting"]
+    assert order == [0, 2, 1, 3]
+    assert [e.get("ahead_of") for e in events if e["event"] == "submitting"] == [
+        None, 1, None, None
+    ]  # fmt: skip
+    assert "goes ahead of SEGFAULT:1:1:8" in proc.stderr
+    ended = {e["index"]: e for e in events if e["event"] == "ended"}
+    assert ended[2]["start"] < ended[1]["start"]  # it used the idle nodes first
+    jobs = {e["index"]: e["job_id"] for e in events if e["event"] == "submitted"}
+    rows = (session / "experiments.tsv").read_text().splitlines()[1:]
+    assert [r.split("\t")[0] for r in rows] == [jobs[i] for i in range(4)]
+    summary = json.loads(proc.stdout)
+    assert [r["index"] for r in summary["results"]] == [0, 1, 2, 3]
+
+
+def test_a_driver_killed_after_a_job_went_ahead_resumes_with_the_blocked_one_next(
+    slurm: Slurm, shared_dir: Path, sleeper: Path
+) -> None:
+    # Killed right after the 2-node job went ahead of the 8-node one: the resumed driver knows
+    # (from the journal) that the 8-node one was passed over, so it goes next, never overtaken
+    # again, and every job gets exactly one tracking row, in pool order.
+    base = shared_dir / "node-aware-crash"
+    pool = "SEGFAULT:0:8:2 SEGFAULT:1:1:8 SEGFAULT:2:1:2 SEGFAULT:3:1:2 SEGFAULT:0:1:2"
+    common = ("--set", "slurm.poll_interval=1", "--set", "inject.batch_size=2", "--no-analysis")
+    first = inject(
+        "--workload", "cpu_fault_demo", "--sbatch-script", str(sleeper), "--pool", pool,
+        "--base-dir", str(base), "--window", "node-aware", *common,
+        env={"NVRX_INJECT_CRASH_AT": "after-submit:2"},
+    )  # fmt: skip
+    assert first.returncode == -9, first.stderr
+    session = session_of(base)
+    assert len((session / "experiments.tsv").read_text().splitlines()) == 2  # 2's row waits
+    final = inject("--resume", str(session), "--json", *common)
+    assert final.returncode == 0, final.stderr
+    assert json.loads(final.stdout)["complete"]
+    events = journal(session)
+    assert [e["index"] for e in events if e["event"] == "submitting"] == [0, 2, 1, 3, 4]
+    assert sum("ahead_of" in e for e in events) == 1
+    jobs = {e["index"]: e["job_id"] for e in events if e["event"] == "submitted"}
+    rows = (session / "experiments.tsv").read_text().splitlines()[1:]
+    assert [r.split("\t")[0] for r in rows] == [jobs[i] for i in range(5)]

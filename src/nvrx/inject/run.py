@@ -169,6 +169,7 @@ class Campaign:
         cancel_on_interrupt: bool = False,
         analyst: Analyst | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.session = session
         self.slurm = slurm
@@ -179,6 +180,8 @@ class Campaign:
         self.cancel_on_interrupt = cancel_on_interrupt
         self.analyst = analyst
         self.sleep = sleep
+        self.clock = clock
+        self._last_pass = clock()
         self.poller = StatePoller(slurm, min_interval=0)
         self.crash = _crash_point()
         self.submissions = 0
@@ -221,7 +224,10 @@ class Campaign:
                 for pick in self._choose(spec, state, planned, free):
                     self._submit(spec, state.by_index[pick.index], state, pick.ahead_of)
                 self._check("waiting")
-                self.sleep(self.poll_interval)
+                # Passes start every poll interval: the time a pass takes (queries, journal,
+                # submissions) is not added to the wait for the next.
+                self.sleep(max(0.0, self._last_pass + self.poll_interval - self.clock()))
+                self._last_pass = self.clock()
                 self._poll(self.session.state())
         except KeyboardInterrupt:
             return self._interrupted()
