@@ -138,7 +138,7 @@ def test_a_bad_job_id_is_a_one_line_error() -> None:
 
 def test_one_pass_asks_slurm_once_per_question_and_keeps_to_its_chain(tmp_path: Path) -> None:
     from nvrx.watch.model import ChainRef
-    from nvrx.watch.observe import observe_platform
+    from nvrx.watch.observe import observe_platforms
     from nvrx.watch.resolve import Target
     from tests.test_slurm_replay import Replay, slurm_for
 
@@ -158,7 +158,7 @@ def test_one_pass_asks_slurm_once_per_question_and_keeps_to_its_chain(tmp_path: 
     replay = Replay(
         {"squeue": [(0, squeue, "")], "sacct": [(0, sacct_window, ""), (0, sacct_targeted, "")]}
     )
-    platform = observe_platform(target, slurm_for(replay), WatchSettings(), datetime.now(UTC))
+    (platform,) = observe_platforms([target], slurm_for(replay), WatchSettings(), datetime.now(UTC))
     assert [g.job_id for g in platform.generations] == ["100", "101"]
     assert not platform.generation("100").task0_live  # type: ignore[union-attr]
     # the other chain's 93 is not ours; gen 100's ending came from the targeted query
@@ -263,3 +263,49 @@ def test_a_batch_script_that_sources_its_settings_resolves_end_to_end(tmp_path: 
     target = _from_job(str(script), str(tmp_path / "w"), "n", "u")
     assert target is not None
     assert target.cycle_globs == (f"{tmp_path}/w/nvrx/cycle_infos/cycle_info.*",)
+
+
+def test_a_fleet_of_chains_costs_one_squeue_and_one_sacct_whatever_its_size(
+    tmp_path: Path,
+) -> None:
+    from nvrx.watch.model import ChainRef
+    from nvrx.watch.observe import observe_platforms
+    from nvrx.watch.resolve import Target
+    from tests.test_slurm_replay import Replay, slurm_for
+
+    targets = [
+        Target(ChainRef(f"run{i}", "alice", str(tmp_path / f"run{i}")), (), None, f"k{i}")
+        for i in range(3)
+    ]
+    squeue = (
+        "100|0|100|RUNNING|None|alice|1|n1|main|run0|(null)\n"
+        "101|0|101|PENDING|Dependency|alice|1||main|run0|(null)\n"
+        "200|1|201|PENDING|Priority|alice|1||main|run1|(null)\n"
+        "300|0|300|RUNNING|None|bob|1|n3|main|run2|(null)\n"  # bob's job of that name: not ours
+    )
+    sacct = (
+        "90_0|90|FAILED|0:9|1795944250|1795944270|n1|alice|run0\n"
+        "290_0|290|COMPLETED|0:0|1795944250|1795944270|n2|alice|run2\n"
+    )
+    late = "200_0|200|FAILED|1:0|1795944250|1795944260|n2|alice|run1\n"
+    replay = Replay({"squeue": [(0, squeue, "")], "sacct": [(0, sacct, ""), (0, late, "")]})
+    platforms = observe_platforms(targets, slurm_for(replay), WatchSettings(), datetime.now(UTC))
+    assert replay.commands() == ["squeue", "sacct", "sacct"]  # the last: gen 200's lost task 0
+    assert "--name=run0,run1,run2" in replay.argvs[0] and "--user=alice" in replay.argvs[0]
+    assert [[g.job_id for g in p.generations] for p in platforms] == [["100", "101"], ["200"], []]
+    assert [[e.job_id for e in p.endings] for p in platforms] == [["90"], ["200"], ["290"]]
+    assert replay.argvs[2][-1] == "--jobs=200"
+
+
+def test_a_failed_fleet_query_blinds_every_chain_never_one_alone(tmp_path: Path) -> None:
+    from nvrx.watch.model import ChainRef
+    from nvrx.watch.observe import observe_platforms
+    from nvrx.watch.resolve import Target
+    from tests.test_slurm_replay import Replay, slurm_for
+
+    targets = [Target(ChainRef(f"run{i}", "alice", None), (), None, f"k{i}") for i in range(2)]
+    down = (1, "", "squeue: error: Unable to contact slurm controller (connect failure)")
+    replay = Replay({"squeue": [down] * 100})
+    platforms = observe_platforms(targets, slurm_for(replay), WatchSettings(), datetime.now(UTC))
+    assert [p.queue_ok for p in platforms] == [False, False]
+    assert all("Unable to contact" in (p.queue_error or "") for p in platforms)

@@ -326,12 +326,12 @@ class Slurm:
         self,
         job_ids: Sequence[str | int] = (),
         *,
-        name: str | None = None,
-        user: str | None = None,
+        name: str | Sequence[str] | None = None,
+        user: str | Sequence[str] | None = None,
         include_finished: bool = False,
         retry: bool = True,
     ) -> list[QueueRow]:
-        """One `squeue` for a set of job ids, a job name and/or a user; one row per array task.
+        """One `squeue` for a set of job ids, job names and/or users; one row per array task.
 
         `include_finished` adds jobs that ended recently but are still in the controller's
         memory (`-t all`, until MinJobAge). A job id the controller does not know simply has no
@@ -369,11 +369,12 @@ class Slurm:
         self,
         job_ids: Sequence[str | int] = (),
         *,
-        name: str | None = None,
-        user: str | None = None,
+        name: str | Sequence[str] | None = None,
+        user: str | Sequence[str] | None = None,
         since: datetime | None = None,
     ) -> list[AccountingRow]:
-        """One `sacct -X -n -P` call: allocations of the given jobs, or of a name/user since a time.
+        """One `sacct -X -n -P` call: allocations of the given jobs, or of names/users since a
+        time.
 
         With job ids sacct searches from the epoch; by name or user it searches from `since`
         (default: `slurm.accounting_window` ago; sacct's own default, today 00:00, would miss
@@ -388,7 +389,7 @@ class Slurm:
             if since is None:
                 since = datetime.now(UTC) - timedelta(seconds=self.settings.accounting_window)
             argv += ["-S", _sacct_time(since), "-E", "now"]
-            if user is None:
+            if not user:
                 argv.append("--allusers")
         result = self.executor.run(argv)
         return self._parse(parse_sacct, result)
@@ -499,15 +500,23 @@ _CANCEL_STATES = frozenset({JobState.PENDING, JobState.RUNNING, JobState.SUSPEND
 
 
 def _selection(
-    what: str, job_ids: Sequence[str | int], name: str | None, user: str | None
+    what: str,
+    job_ids: Sequence[str | int],
+    name: str | Sequence[str] | None,
+    user: str | Sequence[str] | None,
 ) -> tuple[list[str], list[str]]:
-    """Validated job ids, and the `--name`/`--user` flags; at least one selector is required."""
+    """Validated job ids, and the `--name`/`--user` flags (one value or several: one query for
+    many chains); at least one selector is required."""
     ids = check_job_ids(job_ids)
-    if not ids and name is None and user is None:
+    names = [name] if isinstance(name, str) else list(name or ())
+    users = [user] if isinstance(user, str) else list(user or ())
+    if not ids and not names and not users:
         raise SlurmValueError(f"{what} needs job ids, a job name or a user")
-    flags = [] if name is None else [f"--name={check_query_name(name)}"]
-    if user is not None:
-        flags.append(f"--user={check_user(user)}")
+    flags = []
+    if names:
+        flags.append("--name=" + ",".join(check_query_name(n) for n in dict.fromkeys(names)))
+    if users:
+        flags.append("--user=" + ",".join(check_user(u) for u in dict.fromkeys(users)))
     return ids, flags
 
 

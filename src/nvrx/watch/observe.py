@@ -1,15 +1,16 @@
 """One pass's observation: cycle-info files, the checkpoint file and Slurm, into a Snapshot.
 
-Slurm costs at most one squeue (the chain's generations, by name and user) and one sacct (task-0
+Slurm costs at most one squeue (the chains' generations, by name and user) and one sacct (task-0
 endings in the churn window) per pass, plus one targeted sacct only when a generation lost its
-task 0 longer ago than that window. A failed query is recorded in the snapshot, never read as
-"nothing running" (docs/slurm-adapter.md).
+task 0 longer ago than that window, for one chain or a fleet of them. A failed query is
+recorded in the snapshot, never read as "nothing running" (docs/slurm-adapter.md).
 """
 
 from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -144,34 +145,77 @@ def _task_zero_endings(
     return out
 
 
-def observe_platform(
-    target: Target, slurm: Slurm, settings: WatchSettings, now: datetime
-) -> Platform:
-    chain = target.chain
-    assert chain.name is not None
+def observe_platforms(
+    targets: Sequence[Target], slurm: Slurm, settings: WatchSettings, now: datetime
+) -> list[Platform]:
+    """Every chain's generations and task-0 endings for one squeue and one sacct (task-0
+    endings in the churn window), plus one sacct only when some generation lost its task 0
+    longer ago than that window: whatever the number of chains. One Platform per target."""
+    names = [t.chain.name for t in targets if t.chain.name is not None]
+    assert len(names) == len(targets), "a Slurm chain has a job name (resolve checks it)"
+    # Every user's jobs when any chain has no user; the rows are split by name and user below.
+    owners = [t.chain.user for t in targets]
+    users = None if not all(owners) else [u for u in owners if u]
     try:
-        rows = slurm.queue(name=chain.name, user=chain.user or None)
+        rows = slurm.queue(name=names, user=users)
     except (SlurmError, SlurmValueError) as exc:
-        return Platform(queue_ok=False, queue_error=str(exc))
-    generations = _generations(rows, target)
-    known = set(chain.manifest_job_ids) | {g.job_id for g in generations}
+        return [Platform(queue_ok=False, queue_error=str(exc)) for _ in targets]
+    by_name: dict[str, list[QueueRow]] = {}
+    for row in rows:
+        by_name.setdefault(row.name, []).append(row)
+    generations = [
+        _generations(by_name.get(name, []), t) for name, t in zip(names, targets, strict=True)
+    ]
+    known = [
+        set(t.chain.manifest_job_ids) | {g.job_id for g in gens}
+        for t, gens in zip(targets, generations, strict=True)
+    ]
     try:
         acct = slurm.accounting(
-            name=chain.name,
-            user=chain.user or None,
-            since=now - timedelta(seconds=settings.churn_window),
+            name=names, user=users, since=now - timedelta(seconds=settings.churn_window)
         )
-        endings = _task_zero_endings(acct, target, known)
+        acct_by_name: dict[str, list[AccountingRow]] = {}
+        for arow in acct:
+            acct_by_name.setdefault(arow.name, []).append(arow)
+        endings = [
+            _task_zero_endings(_of_user(acct_by_name.get(name, []), t), t, k)
+            for name, t, k in zip(names, targets, known, strict=True)
+        ]
         # A generation whose task 0 left the queue longer ago than the window: ask for it.
-        seen = {e.job_id for e in endings}
-        missing = [g.job_id for g in generations if not g.task0_live and g.job_id not in seen]
-        if missing:
-            endings += _task_zero_endings(slurm.accounting(missing), target, known | set(missing))
+        missing = [
+            [
+                g.job_id
+                for g in gens
+                if not g.task0_live and g.job_id not in {e.job_id for e in ends}
+            ]
+            for gens, ends in zip(generations, endings, strict=True)
+        ]
+        if any(missing):
+            late = slurm.accounting([j for ids in missing for j in ids])
+            for i, ids in enumerate(missing):
+                if ids:
+                    wanted = set(ids)
+                    endings[i] += _task_zero_endings(
+                        [r for r in late if r.array_job_id in wanted], targets[i], known[i] | wanted
+                    )
     except (SlurmError, SlurmValueError) as exc:
-        return Platform(
-            queue_ok=True, accounting_ok=False, accounting_error=str(exc), generations=generations
-        )
-    return Platform(queue_ok=True, generations=generations, endings=tuple(endings))
+        return [
+            Platform(queue_ok=True, accounting_ok=False, accounting_error=str(exc), generations=g)
+            for g in generations
+        ]
+    return [
+        Platform(queue_ok=True, generations=g, endings=tuple(e))
+        for g, e in zip(generations, endings, strict=True)
+    ]
+
+
+def _ended(endings: list[TaskZeroEnding]) -> set[str]:
+    return {e.job_id for e in endings}
+
+
+def _of_user(rows: list[AccountingRow], target: Target) -> list[AccountingRow]:
+    user = target.chain.user
+    return [r for r in rows if not user or r.user == user]
 
 
 def observe(
@@ -183,7 +227,9 @@ def observe(
     *,
     host: str,
     now: datetime | None = None,
+    platform: Platform | None = None,
 ) -> Snapshot:
+    """The chain's snapshot; `platform` when a fleet pass already asked Slurm for it."""
     now = now or datetime.now(UTC)
     cycles, skipped, stats = read_cycles(list(target.cycle_globs), cache)
     future = [c for c in cycles if (c.start - now).total_seconds() > FUTURE_TOLERANCE]
@@ -199,7 +245,8 @@ def observe(
         target.checkpoint_path(current), state, now, target.chain.save_interval_iterations
     )
     drops = state.see_counters(None if checkpoint.error else checkpoint.value, cycles)
-    platform = observe_platform(target, slurm, settings, now) if slurm is not None else None
+    if platform is None and slurm is not None:
+        platform = observe_platforms([target], slurm, settings, now)[0]
     return Snapshot(
         observed_at=now,
         host=host,
