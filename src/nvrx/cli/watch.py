@@ -14,9 +14,21 @@ app = typer.Typer(rich_markup_mode=None)
 
 @app.command("watch")
 def watch_cmd(
-    job_id: Annotated[
-        str | None, typer.Argument(help="A job of the chain (any generation or task).")
+    targets: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[JOB_ID | PATH...]",
+            help="A job of the chain (any generation or task); with --fleet, chain work dirs "
+            "or directories to search for them.",
+            show_default=False,
+        ),
     ] = None,
+    fleet: Annotated[
+        bool, typer.Option("--fleet", help="Watch every chain under the PATHs in one pass.")
+    ] = False,
+    mine: Annotated[
+        bool, typer.Option("--mine", help="Watch every chain of yours that Slurm knows.")
+    ] = False,
     work_dir: Annotated[Path | None, typer.Option(help="The chain's work dir.")] = None,
     job_name: Annotated[str | None, typer.Option(help="Watch jobs of this name.")] = None,
     user: Annotated[str | None, typer.Option(help="Owner of the jobs (default: resolved).")] = None,
@@ -79,7 +91,9 @@ def watch_cmd(
     from nvrx.watch.command import WatchRequest, watch
 
     request = WatchRequest(
-        job_id=job_id,
+        targets=tuple(targets or ()),
+        fleet=fleet,
+        mine=mine,
         work_dir=work_dir,
         job_name=job_name,
         user=user,

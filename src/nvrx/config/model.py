@@ -185,6 +185,12 @@ class WatchSettings(_Section):
     short_cycle_seconds: PositiveSeconds = Field(600.0, description="suspect_node short cycle (s)")
     suspect_cycles: int = Field(3, ge=1, description="suspect_node trailing short cycles")
     budget_fraction: float = Field(0.8, gt=0, le=1, description="restart_budget_low fraction")
+    fleet_window: PositiveSeconds = Field(
+        21600.0, description="fleet_suspect_node: failures within this window (s)"
+    )
+    fleet_depth: int = Field(
+        3, ge=0, le=16, description="--fleet: how deep below a PATH chain work dirs are sought"
+    )
     disable: StrList = Field(default_factory=list, description="detectors to switch off")
     webhook_url: OptionalUrl = Field(None, description="generic JSON webhook")
     pd_routing_key: Secret = Field(None, description="PagerDuty Events v2 key (never printed)")

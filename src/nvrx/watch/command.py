@@ -18,6 +18,8 @@ from nvrx.display import printable
 from nvrx.terminal import CommandError
 
 if TYPE_CHECKING:
+    from nvrx.config import WatchSettings
+    from nvrx.slurm import Slurm
     from nvrx.watch.run import PassResult
 
 
@@ -25,7 +27,9 @@ if TYPE_CHECKING:
 class WatchRequest:
     """What the command line asked for, beyond the settings its flags set."""
 
-    job_id: str | None = None
+    targets: tuple[str, ...] = ()  # JOB_ID, or the PATHs of --fleet
+    fleet: bool = False
+    mine: bool = False
     work_dir: Path | None = None
     job_name: str | None = None
     user: str | None = None
@@ -37,6 +41,38 @@ class WatchRequest:
     as_json: bool = False
     list_detectors: bool = False
     html: Path | None = None  # the timeline page, rewritten after every pass
+
+    @property
+    def job_id(self) -> str | None:
+        return self.targets[0] if self.targets and not self.fleet else None
+
+    def check(self) -> None:
+        """One line naming what does not go together."""
+        if self.fleet or self.mine:
+            single = [
+                name
+                for name, value in (
+                    ("--work-dir", self.work_dir),
+                    ("--job-name", self.job_name),
+                    ("--cycle-info-glob", self.cycle_info_glob),
+                    ("--checkpoint-iteration-file", self.checkpoint_iteration_file),
+                    ("--html", self.html),
+                )
+                if value is not None
+            ]
+            if single:
+                raise CommandError(f"{', '.join(single)} name one chain: not with --fleet/--mine")
+        if self.fleet and not self.targets:
+            raise CommandError("--fleet needs at least one PATH (a chain work dir or above one)")
+        if self.mine and self.targets and not self.fleet:
+            raise CommandError(
+                f"--mine takes no JOB_ID ({self.targets[0]!r}); --fleet PATH... adds dirs"
+            )
+        if not self.fleet and len(self.targets) > 1:
+            raise CommandError(
+                f"one JOB_ID, not {len(self.targets)} ({' '.join(self.targets[:3])}...); "
+                "--fleet watches several chains"
+            )
 
 
 def list_detectors() -> None:
@@ -76,6 +112,66 @@ def _write_timeline(path: Path, result: PassResult) -> None:
         raise CommandError(f"cannot write the timeline {path}: {exc.strerror}", 1) from None
 
 
+def fleet_watch(
+    request: WatchRequest, settings: WatchSettings, slurm: Slurm | None, no_restart_code: int
+) -> int:
+    """`--fleet PATH...` / `--mine`: every chain in one pass (or one every interval)."""
+    from nvrx.watch.fleet import FleetError, build_fleet, discover, my_chains
+    from nvrx.watch.output import fleet_json, fleet_lines, lines_renderable, print_lines
+
+    try:
+        dirs = discover([Path(p) for p in request.targets], settings.fleet_depth)
+        if request.mine and slurm is None:
+            raise FleetError("--mine asks Slurm for your chains: not with --platform none")
+        jobs = my_chains(slurm) if request.mine and slurm is not None else []
+    except FleetError as exc:
+        raise CommandError(str(exc)) from None
+    if not dirs and not jobs:
+        where = " ".join(request.targets) if request.targets else "Slurm (--mine)"
+        raise CommandError(f"no chain found in {where}")
+    fleet = build_fleet(
+        dirs,
+        jobs,
+        settings,
+        slurm,
+        host=socket.gethostname(),
+        act=request.act,
+        dry_run=request.dry_run,
+        no_restart_exit_code=no_restart_code,
+    )
+    live = None
+    if settings.interval is not None and sys.stdout.isatty() and not request.as_json:
+        from rich.live import Live
+
+        from nvrx.terminal import stdout
+
+        live = Live(console=stdout(), auto_refresh=False)
+        live.start()
+    code = 0
+    try:
+        while True:
+            result = fleet.run_pass()
+            code = result.exit_code
+            if request.as_json:
+                sys.stdout.write(json.dumps(fleet_json(result, settings)) + "\n")
+                sys.stdout.flush()
+            elif live is not None:
+                upcoming = datetime.now() + timedelta(seconds=settings.interval or 0)
+                footer = f"next pass at {upcoming:%H:%M:%S} (every {settings.interval} s)"
+                live.update(lines_renderable(fleet_lines(result, settings), footer), refresh=True)
+            else:
+                print_lines(fleet_lines(result, settings), sys.stdout, color=sys.stdout.isatty())
+            if settings.interval is None:
+                break
+            time.sleep(settings.interval)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if live is not None:
+            live.stop()
+    return code
+
+
 def watch(
     request: WatchRequest,
     *,
@@ -88,18 +184,22 @@ def watch(
     if request.list_detectors:
         list_detectors()
         return 0
+    request.check()
     from nvrx.slurm import Slurm
     from nvrx.watch.detectors import DETECTORS
+    from nvrx.watch.detectors.fleet import FLEET_DETECTORS
     from nvrx.watch.output import pass_json, pass_renderable, print_pass
     from nvrx.watch.resolve import Overrides, WatchBlind, WatchError, resolve
     from nvrx.watch.run import Watcher
 
     loaded = load_for_command(config, env_file, sets, flags)
     settings = loaded.config.watch
-    unknown = set(settings.disable) - set(DETECTORS)
+    unknown = set(settings.disable) - set(DETECTORS) - set(FLEET_DETECTORS)
     if unknown:
         raise CommandError(f"unknown detector(s) in disable: {', '.join(sorted(unknown))}")
     slurm = Slurm(loaded.config.slurm) if settings.platform == "slurm" else None
+    if request.fleet or request.mine:
+        return fleet_watch(request, settings, slurm, loaded.config.chain.no_restart_exit_code)
     over = Overrides(
         job_id=request.job_id,
         work_dir=request.work_dir,

@@ -159,6 +159,11 @@ class ChainRef:
     save_interval_iterations: int | None = None  # Megatron --save-interval, when known
     resolved_from: str = ""  # "manifest", "batch script", "work dir", "flags"
 
+    @property
+    def label(self) -> str:
+        """How outputs name the chain: its job name, else its id, work dir or "cycles"."""
+        return self.name or self.chain_id or self.work_dir or "cycles"
+
 
 @dataclass(frozen=True, slots=True)
 class CounterDrop:

@@ -1,12 +1,16 @@
-"""How a watch pass reports: one screen for people, one JSON object per pass for programs."""
+"""How a watch pass reports: one screen for people, one JSON object per pass for programs;
+for a fleet, one summary table and one document."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any, TextIO
 
+from nvrx.config import WatchSettings
 from nvrx.display import printable
 from nvrx.slurm.hostlist import compress
+from nvrx.watch.detectors.fleet import failed_cycles
+from nvrx.watch.fleet import ChainPass, FleetResult
 from nvrx.watch.model import Severity
 from nvrx.watch.run import EXIT_CRITICAL, EXIT_DEGRADED, PassResult
 
@@ -221,11 +225,15 @@ def pass_lines(result: PassResult) -> list[Line]:
 def pass_renderable(result: PassResult, footer: str = "") -> Any:
     """The pass's screen as one rich renderable (the live view of `watch --interval` on a
     terminal), with `footer` (when the next pass runs) below it."""
+    return lines_renderable(pass_lines(result), footer)
+
+
+def lines_renderable(lines: list[Line], footer: str = "") -> Any:
     from rich.console import Group
     from rich.text import Text
 
     rows = []
-    for line in pass_lines(result):
+    for line in lines:
         row = Text()
         for text, style in line:
             row.append(text, style=style or None)
@@ -237,12 +245,120 @@ def pass_renderable(result: PassResult, footer: str = "") -> Any:
 
 def print_pass(result: PassResult, out: TextIO, *, color: bool) -> None:
     """Write one pass's screen to `out`, styled when `color` (a terminal)."""
+    print_lines(pass_lines(result), out, color=color)
+
+
+def print_lines(lines: list[Line], out: TextIO, *, color: bool) -> None:
     if not color:
-        lines = pass_lines(result)
         out.write("".join("".join(text for text, _ in line) + "\n" for line in lines))
         out.flush()
         return
     from rich.console import Console
 
     console = Console(file=out, highlight=False, markup=False, emoji=False, soft_wrap=True)
-    console.print(pass_renderable(result))
+    console.print(lines_renderable(lines))
+
+
+# --- a fleet pass ---------------------------------------------------------------------------
+
+
+def chain_state(chain: ChainPass) -> str:
+    """One word for the summary: blind when the pass could not see, else its worst finding."""
+    r = chain.result
+    if r is None or r.degraded:
+        return "blind"
+    worst = min((f.severity for f in r.findings), key=lambda s: s.rank, default=None)
+    return "ok" if worst is None else worst.value
+
+
+def fleet_json(fleet: FleetResult, settings: WatchSettings) -> dict[str, Any]:
+    """One document: one object per chain (its work dir, today's pass object with its
+    findings), the fleet findings, the Slurm commands the pass cost."""
+    chains = []
+    for c in fleet.chains:
+        body: dict[str, Any] = (
+            pass_json(c.result)
+            if c.result is not None
+            else {"exit_code": EXIT_DEGRADED, "degraded": True, "findings": []}
+        )
+        chains.append(
+            {
+                "label": c.label,
+                "work_dir": c.work_dir,
+                "state": chain_state(c),
+                "error": c.error,
+                "restarts_in_window": _restarts(c, settings),
+                **body,
+            }
+        )
+    return {
+        "schema": JSON_SCHEMA,
+        "fleet": True,
+        "observed_at": fleet.observed_at.isoformat(),
+        "exit_code": fleet.exit_code,
+        "slurm_commands": fleet.slurm_commands,
+        "chains": chains,
+        "fleet_findings": [f.to_json() for f in fleet.findings],
+        "notes": fleet.notes,
+    }
+
+
+def _restarts(chain: ChainPass, settings: WatchSettings) -> int | None:
+    if chain.result is None:
+        return None
+    return len(failed_cycles(chain.result.snapshot, settings.fleet_window))
+
+
+def fleet_lines(fleet: FleetResult, settings: WatchSettings) -> list[Line]:
+    """The fleet's summary: one row per chain, then the fleet findings and each chain's."""
+    now = fleet.observed_at
+    window = f"{settings.fleet_window / 3600:g}h"
+    header = ("chain", "state", "generation", "checkpoint", "age", f"restarts/{window}", "findings")
+    rows: list[tuple[str, ...]] = []
+    for c in fleet.chains:
+        r = c.result
+        if r is None:
+            rows.append((c.label, "blind", "?", "?", "?", "?", "?"))
+            continue
+        snap = r.snapshot
+        ckpt = snap.checkpoint
+        rows.append(
+            (
+                c.label,
+                chain_state(c),
+                snap.current_job or "-",
+                str(ckpt.value) if ckpt.value is not None else "-",
+                _ago(_age(now, ckpt.mtime)) if ckpt.mtime else "-",
+                str(_restarts(c, settings)),
+                str(len(r.findings)),
+            )
+        )
+    widths = [max(len(printable(row[i])) for row in (header, *rows)) for i in range(len(header))]
+    style = {"critical": "bold red", "warning": "yellow", "info": "cyan", "blind": "yellow"}
+    lines: list[Line] = [
+        [(f"nvrx watch: {len(fleet.chains)} chain(s)", "bold"), (f"  exit {fleet.exit_code}", "")],
+        [("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)), "bold")],
+    ]
+    for row in rows:
+        line: Line = []
+        for i, (cell, w) in enumerate(zip(row, widths, strict=True)):
+            text = printable(cell).ljust(w) + ("  " if i < len(row) - 1 else "")
+            line.append((text, style.get(cell, "green" if cell == "ok" else "") if i == 1 else ""))
+        lines.append(line)
+    for f in fleet.findings:
+        lines.append(
+            [("  ", ""), (f"{f.severity.value.upper():8}", _STYLE[f.severity]),
+             (printable(f" {f.detector}: {f.summary}"), "")]
+        )  # fmt: skip
+    for c in fleet.chains:
+        if c.error:
+            lines.append([(printable(f"{c.label}: BLIND: {c.error}"), "yellow")])
+        for f in c.result.findings if c.result else ():
+            lines.append(
+                [(printable(f"{c.label}: "), "dim"), (f"{f.severity.value.upper():8}",
+                 _STYLE[f.severity]), (printable(f" {f.detector}: {f.summary}"), "")]
+            )  # fmt: skip
+        for action in c.result.actions if c.result else ():
+            lines.append([(printable(f"{c.label}: {action}"), "bold")])
+    lines += [[(printable(f"note: {n}"), "dim")] for n in fleet.notes]
+    return lines

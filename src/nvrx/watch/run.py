@@ -24,12 +24,13 @@ from nvrx.slurm import JobState, Slurm, SlurmError
 from nvrx.watch.cyclecache import CycleCache
 from nvrx.watch.detectors import DETECTORS, run_detectors
 from nvrx.watch.detectors import degraded as is_degraded
-from nvrx.watch.model import CancelPending, Finding, Severity, Snapshot
+from nvrx.watch.model import CancelPending, Finding, Platform, Severity, Snapshot
 from nvrx.watch.observe import observe
 from nvrx.watch.resolve import Target, from_manifest
 from nvrx.watch.sinks import (
     PAGERDUTY,
     WEBHOOK,
+    ChainMetrics,
     SinkError,
     file_logger,
     log_findings,
@@ -55,6 +56,7 @@ class PassResult:
     actions: list[str] = field(default_factory=list)
     sink_errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    last_success: datetime | None = None  # this host's last pass that saw (the state's)
 
     @property
     def exit_code(self) -> int:
@@ -72,12 +74,13 @@ class Watcher:
     act: bool = False
     dry_run: bool = False
     http: HttpSinks | None = None
+    write_prom: bool = True  # a fleet pass writes one textfile for all its chains instead
 
     @property
     def dir(self) -> Path:
         return Path(self.settings.state_dir) / self.target.state_key
 
-    def _refresh_target(self) -> None:
+    def refresh_target(self) -> None:
         """An nvrx chain's manifest changes as it is extended or cancelled: reread it."""
         chain = self.target.chain
         if chain.resolved_from != "manifest" or chain.work_dir is None:
@@ -96,11 +99,14 @@ class Watcher:
             ),
         )
 
-    def run_pass(self, now: datetime | None = None) -> PassResult:
+    def run_pass(self, now: datetime | None = None, platform: Platform | None = None) -> PassResult:
+        """One pass; `platform` when a fleet pass already asked Slurm for every chain (and
+        refreshed the target to ask it)."""
         now = now or datetime.now(UTC)
-        self._refresh_target()
+        if platform is None:
+            self.refresh_target()
         if self.dry_run:  # reads the state if there is one; creates nothing, not even the lock
-            return self._pass(now, writes=False, owner=True)
+            return self._pass(now, platform, writes=False, owner=True)
         self.dir.mkdir(parents=True, exist_ok=True)
         with open(self.dir / ".lock", "a+") as lock:
             try:
@@ -109,16 +115,25 @@ class Watcher:
             except BlockingIOError:
                 owner = False  # another login node's pass holds the state: observe only
             try:
-                return self._pass(now, writes=owner and not self.dry_run, owner=owner)
+                return self._pass(now, platform, writes=owner and not self.dry_run, owner=owner)
             finally:
                 if owner:
                     fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def _pass(self, now: datetime, *, writes: bool, owner: bool) -> PassResult:
+    def _pass(
+        self, now: datetime, platform: Platform | None, *, writes: bool, owner: bool
+    ) -> PassResult:
         state = load_state(self.dir / "state.json")
         cache = CycleCache(self.dir / "cycles-cache.json", read_only=not writes)
         snap = observe(
-            self.target, self.slurm, self.settings, state, cache, host=self.host, now=now
+            self.target,
+            self.slurm,
+            self.settings,
+            state,
+            cache,
+            host=self.host,
+            now=now,
+            platform=platform,
         )
         findings = [
             replace(f, first_seen=state.first_seen(f.key, now))
@@ -145,15 +160,17 @@ class Watcher:
             self._alert(result, state, now, logger)
         if not result.degraded:
             state.last_success[self.host] = now
-        if self.settings.prom_file is not None and writes:
+        result.last_success = state.last_success.get(self.host)
+        if self.settings.prom_file is not None and writes and self.write_prom:
             try:
                 write_textfile(
                     Path(self.settings.prom_file),
                     prometheus_text(
-                        snap,
-                        findings,
-                        result.degraded,
-                        state.last_success.get(self.host),
+                        [
+                            ChainMetrics(
+                                snap, findings, result.degraded, state.last_success.get(self.host)
+                            )
+                        ],
                         list(DETECTORS),
                     ),
                 )

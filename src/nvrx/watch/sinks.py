@@ -8,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -119,24 +121,45 @@ def _label(value: str | None) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def prometheus_text(
-    snap: Snapshot,
-    findings: list[Finding],
-    degraded: bool,
-    last_success: datetime | None,
-    detectors: list[str],
-) -> str:
-    """Metrics in the node-exporter textfile format. Every detector and severity has a series
-    (0 when silent), so alerts on them do not see series appear and vanish."""
-    label = snap.chain.name or snap.chain.chain_id or snap.chain.work_dir or "cycles"
-    chain = f'chain="{_label(label)}"'
-    lines: list[str] = []
+@dataclass(frozen=True)
+class ChainMetrics:
+    """One chain's pass, as the textfile shows it."""
+
+    snap: Snapshot
+    findings: list[Finding]
+    degraded: bool
+    last_success: datetime | None
+
+
+def prometheus_text(chains: Sequence[ChainMetrics], detectors: list[str]) -> str:
+    """Metrics in the node-exporter textfile format, one `chain` label per chain (a fleet pass
+    writes every chain into one file, each metric's HELP and TYPE once). Every detector and
+    severity has a series (0 when silent), so alerts on them do not see series appear and
+    vanish."""
+    series: dict[str, tuple[str, list[tuple[str, float]]]] = {}
 
     def metric(name: str, help_: str, samples: list[tuple[str, float]]) -> None:
+        series.setdefault(name, (help_, []))[1].extend(samples)
+
+    for part in chains:
+        _chain_metrics(part, detectors, metric)
+    lines: list[str] = []
+    for name, (help_, samples) in series.items():
         lines.append(f"# HELP {name} {help_}")
         lines.append(f"# TYPE {name} gauge")
-        for labels, value in samples:
-            lines.append(f"{name}{{{labels}}} {value:g}")
+        lines += [f"{name}{{{labels}}} {value:g}" for labels, value in samples]
+    return "\n".join(lines) + "\n"
+
+
+def _chain_metrics(
+    part: ChainMetrics,
+    detectors: list[str],
+    metric: Callable[[str, str, list[tuple[str, float]]], None],
+) -> None:
+    snap, findings, degraded, last_success = (
+        part.snap, part.findings, part.degraded, part.last_success
+    )  # fmt: skip
+    chain = f'chain="{_label(snap.chain.label)}"'
 
     current = snap.current_job
     metric(
@@ -188,7 +211,6 @@ def prometheus_text(
         "findings of the last pass by severity",
         [(f'{chain},severity="{s.value}"', by_severity.get(s.value, 0)) for s in Severity],
     )
-    return "\n".join(lines) + "\n"
 
 
 def write_textfile(path: Path, text: str) -> None:

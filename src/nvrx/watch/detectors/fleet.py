@@ -1,0 +1,83 @@
+"""Fleet detectors: what no single-chain watcher can see, as pure functions of every chain's
+snapshot of one pass and the settings.
+
+`fleet_suspect_node`: a node in a cycle that ended in a failure, in two or more chains within
+`fleet_window`. A cycle ended in a failure when the launcher started another one in the same
+generation (an in-job restart), or when it was the generation's last and task 0 did not complete.
+Blind chains (no queue) still count their restarts (those are in the cycle files), never the
+endings they could not see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from nvrx.config import WatchSettings
+from nvrx.slurm.states import JobState
+from nvrx.watch.model import CycleInfo, Finding, Severity, Snapshot
+
+FleetDetector = Callable[[Sequence[Snapshot], WatchSettings], list[Finding]]
+
+
+def failed_cycles(snap: Snapshot, window: float) -> list[CycleInfo]:
+    """The chain's cycles that ended in a failure within `window` seconds before the pass."""
+    out: list[CycleInfo] = []
+    by_job: dict[str, list[CycleInfo]] = {}
+    for cycle in snap.cycles:
+        by_job.setdefault(cycle.job_id, []).append(cycle)
+    platform = snap.platform
+    for job, cycles in by_job.items():
+        for i, cycle in enumerate(cycles):
+            if cycle.end is None or (snap.observed_at - cycle.end).total_seconds() > window:
+                continue
+            restarted = i + 1 < len(cycles)
+            ending = platform.ending(job) if platform is not None else None
+            lost = ending is not None and ending.state is not JobState.COMPLETED
+            if restarted or lost:
+                out.append(cycle)
+    return out
+
+
+def fleet_suspect_node(snaps: Sequence[Snapshot], cfg: WatchSettings) -> list[Finding]:
+    """A node in failed cycles of two or more chains within the window: one finding per node,
+    fleet-wide, with each chain's cycles (correlation, never an action)."""
+    seen: dict[str, dict[str, list[str]]] = {}  # node → chain → cycle keys
+    for snap in snaps:
+        for cycle in failed_cycles(snap, cfg.fleet_window):
+            for node in cycle.active_nodes:
+                seen.setdefault(node, {}).setdefault(snap.chain.label, []).append(cycle.key)
+    findings = []
+    for node in sorted(seen):
+        chains = seen[node]
+        if len(chains) < 2:
+            continue
+        names = sorted(chains)
+        findings.append(
+            Finding(
+                detector="fleet_suspect_node",
+                severity=Severity.WARNING,
+                key=f"nvrx-fleet-suspect-node-{node}",
+                summary=(
+                    f"node {node} was in failed cycles of {len(names)} chains within "
+                    f"{cfg.fleet_window / 3600:g} h (correlation only): {', '.join(names)}"
+                ),
+                detail="; ".join(f"{c}: {', '.join(chains[c])}" for c in names),
+                runbook=(
+                    "Several chains failed on this node: check its health (dmesg, XID, GPU/NIC "
+                    "errors) and the attribution of those cycles before draining it."
+                ),
+                evidence={"node": node, "chains": {c: chains[c] for c in names}},
+            )
+        )
+    return findings
+
+
+FLEET_DETECTORS: dict[str, FleetDetector] = {"fleet_suspect_node": fleet_suspect_node}
+
+
+def run_fleet_detectors(snaps: Sequence[Snapshot], cfg: WatchSettings) -> list[Finding]:
+    disabled = set(cfg.disable)
+    findings = [
+        f for name, d in FLEET_DETECTORS.items() if name not in disabled for f in d(snaps, cfg)
+    ]
+    return sorted(findings, key=Finding.sort_key)

@@ -1,0 +1,229 @@
+"""`nvrx watch --fleet PATH... | --mine`: every chain of a team in one pass.
+
+Each chain keeps what a single-chain watch has (its state dir, detectors, thresholds,
+cooldowns, sinks and `--act` rules); the fleet adds one Slurm query for all of them
+(`observe_platforms`), one Prometheus textfile with a `chain` label, the fleet detectors
+(`detectors.fleet`), and one summary. A chain that cannot be resolved or read is shown blind,
+never healthy, and never hides the others; the exit code is the worst chain's.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from nvrx.chain.manifest import manifest_path
+from nvrx.config import WatchSettings
+from nvrx.slurm import Slurm, SlurmError, SlurmValueError
+from nvrx.watch.detectors import DETECTORS
+from nvrx.watch.detectors.fleet import run_fleet_detectors
+from nvrx.watch.model import Finding, Platform, Severity
+from nvrx.watch.observe import observe_platforms
+from nvrx.watch.resolve import Overrides, Target, WatchError, resolve
+from nvrx.watch.run import EXIT_CRITICAL, EXIT_DEGRADED, PassResult, Watcher
+from nvrx.watch.sinks import ChainMetrics, prometheus_text, write_textfile
+
+# A fleet is a team's chains, not a file system: past these a PATH is a mistake.
+MAX_FLEET_CHAINS = 1000
+MAX_SCANNED_DIRS = 100_000
+
+
+class FleetError(WatchError):
+    """A fleet that cannot be assembled as asked (a PATH that is no directory, too many)."""
+
+
+def is_chain_dir(path: Path) -> bool:
+    """A chain work dir: it has a chain manifest, or NVRx cycle-info dirs (`nvrx/*/cycle_infos`)."""
+    if manifest_path(path).is_file():
+        return True
+    nvrx = path / "nvrx"
+    try:
+        with os.scandir(nvrx) as entries:
+            return any((Path(e.path) / "cycle_infos").is_dir() for e in entries if e.is_dir())
+    except OSError:
+        return False
+
+
+def discover(paths: Sequence[Path], depth: int) -> list[Path]:
+    """The chain work dirs of `paths`: a PATH that is one, else those found below it, at most
+    `depth` directory levels down. Symlinked directories are not followed (no loops), a chain's
+    own directories are not searched (a chain holds no chains), hidden ones neither. Sorted,
+    each once; FleetError for a PATH that is not a directory or a search past the bounds."""
+    found: dict[Path, None] = {}
+    scanned = 0
+    for root in paths:
+        root = Path(os.path.realpath(root.expanduser()))
+        if not root.is_dir():
+            raise FleetError(f"--fleet {root}: not a directory")
+        level = [root]
+        for _ in range(depth + 1):
+            below: list[Path] = []
+            for d in level:
+                if is_chain_dir(d):
+                    found[d] = None
+                    if len(found) > MAX_FLEET_CHAINS:
+                        raise FleetError(f"--fleet: more than {MAX_FLEET_CHAINS} chains")
+                    continue
+                try:
+                    with os.scandir(d) as entries:
+                        for e in entries:
+                            scanned += 1
+                            if scanned > MAX_SCANNED_DIRS:
+                                raise FleetError(
+                                    f"--fleet {root}: more than {MAX_SCANNED_DIRS} entries "
+                                    "searched; point it nearer the chains or lower fleet_depth"
+                                )
+                            if not e.name.startswith(".") and e.is_dir(follow_symlinks=False):
+                                below.append(Path(e.path))
+                except OSError:
+                    continue  # an unreadable directory below a PATH is no chain
+            level = sorted(below)
+    return sorted(found)
+
+
+@dataclass
+class ChainPass:
+    """One chain of a fleet pass: its result, or why it could not be watched (blind)."""
+
+    label: str
+    work_dir: str | None
+    result: PassResult | None = None
+    error: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_DEGRADED if self.result is None else self.result.exit_code
+
+
+@dataclass
+class FleetResult:
+    observed_at: datetime
+    chains: list[ChainPass]
+    findings: list[Finding] = field(default_factory=list)  # the fleet detectors'
+    slurm_commands: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        codes = [c.exit_code for c in self.chains]
+        if any(f.severity is Severity.CRITICAL for f in self.findings):
+            codes.append(EXIT_CRITICAL)
+        # Critical outranks blind: the worst chain decides.
+        return EXIT_CRITICAL if EXIT_CRITICAL in codes else max(codes, default=0)
+
+
+@dataclass(frozen=True)
+class Member:
+    """One chain of a fleet: its Watcher, or why it has none (then every pass shows it blind)."""
+
+    label: str
+    work_dir: str | None
+    watcher: Watcher | None = None
+    error: str | None = None
+
+
+@dataclass
+class Fleet:
+    """The watchers of a fleet, in the order the chains were found."""
+
+    members: Sequence[Member]
+    settings: WatchSettings
+    slurm: Slurm | None
+
+    def run_pass(self, now: datetime | None = None) -> FleetResult:
+        now = now or datetime.now(UTC)
+        before = sum(self.slurm.calls.values()) if self.slurm is not None else 0
+        watched = [m.watcher for m in self.members if m.watcher is not None]
+        platforms: dict[int, Platform] = {}
+        if self.slurm is not None and watched:
+            for w in watched:
+                w.refresh_target()
+            observed = observe_platforms(
+                [w.target for w in watched], self.slurm, self.settings, now
+            )
+            platforms = {id(w): p for w, p in zip(watched, observed, strict=True)}
+        chains: list[ChainPass] = []
+        for m in self.members:
+            label, work, watcher = m.label, m.work_dir, m.watcher
+            if watcher is None:
+                chains.append(ChainPass(label, work, error=m.error))
+                continue
+            try:
+                result = watcher.run_pass(now, platforms.get(id(watcher)))
+            except OSError as exc:
+                chains.append(ChainPass(label, work, error=f"pass failed: {exc}"))
+                continue
+            chains.append(ChainPass(watcher.target.chain.label, work, result))
+        snaps = [c.result.snapshot for c in chains if c.result is not None]
+        fleet = FleetResult(now, chains, run_fleet_detectors(snaps, self.settings))
+        if self.slurm is not None:
+            fleet.slurm_commands = sum(self.slurm.calls.values()) - before
+        self._write_prom(fleet)
+        return fleet
+
+    def _write_prom(self, fleet: FleetResult) -> None:
+        path = self.settings.prom_file
+        if path is None:
+            return
+        parts = [
+            ChainMetrics(r.snapshot, r.findings, r.degraded, r.last_success)
+            for c in fleet.chains
+            if (r := c.result) is not None
+        ]
+        try:
+            write_textfile(Path(path), prometheus_text(parts, list(DETECTORS)))
+        except OSError as exc:
+            fleet.notes.append(f"prom file: {exc}")
+
+
+def build_fleet(
+    work_dirs: Sequence[Path],
+    job_ids: Sequence[str],
+    settings: WatchSettings,
+    slurm: Slurm | None,
+    *,
+    host: str,
+    act: bool,
+    dry_run: bool,
+    no_restart_exit_code: int,
+) -> Fleet:
+    """One Watcher per chain (work dirs, and chains found by one of their job ids, as `watch
+    JOB_ID` resolves them), each chain once; one that cannot be resolved is a blind member."""
+    members: list[Member] = []
+    seen: set[str] = set()
+    requests = [Overrides(work_dir=d, platform=settings.platform) for d in work_dirs] + [
+        Overrides(job_id=j, platform=settings.platform) for j in job_ids
+    ]
+    for over in requests:
+        label = str(over.work_dir) if over.work_dir is not None else f"job {over.job_id}"
+        over = replace(over, no_restart_exit_code=no_restart_exit_code)
+        try:
+            target: Target = resolve(over, slurm, settings, dry_run=dry_run)
+        except WatchError as exc:
+            work = str(over.work_dir) if over.work_dir else None
+            members.append(Member(label, work, error=str(exc)))
+            continue
+        if target.state_key in seen:
+            continue  # the same chain reached twice (a work dir and one of its jobs)
+        seen.add(target.state_key)
+        watcher = Watcher(
+            target, settings, slurm, host=host, act=act, dry_run=dry_run, write_prom=False
+        )
+        members.append(Member(target.chain.label, target.chain.work_dir, watcher))
+    return Fleet(members, settings, slurm)
+
+
+def my_chains(slurm: Slurm) -> list[str]:
+    """One job id per chain of the current user that the queue knows (one squeue): the first
+    job of each job name, to resolve as `watch JOB_ID` does."""
+    try:
+        rows = slurm.queue(user=Slurm.current_user())
+    except (SlurmError, SlurmValueError) as exc:
+        raise FleetError(f"--mine: cannot list your jobs: {exc}") from None
+    first: dict[str, str] = {}
+    for row in sorted(rows, key=lambda r: (len(r.array_job_id), r.array_job_id)):
+        first.setdefault(row.name, row.array_job_id)
+    return list(first.values())

@@ -1,0 +1,205 @@
+"""`nvrx watch --fleet PATH...`: every chain of a team in one pass. Each chain gets today's
+pass; a chain that cannot be read is blind, never healthy, and hides no other; the exit code is
+the worst chain's; a node failing in two chains is one fleet finding; one textfile, one
+document, one Slurm query for all."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvrx.config import WatchSettings
+from nvrx.watch.fleet import FleetError, build_fleet, discover
+
+from .test_watch_run import cycle_file, healthy_run, nvrx_watch, stalled_run
+
+
+def fleet(tmp_path: Path, *paths: Path, extra: tuple[str, ...] = ()) -> tuple[int, dict[str, Any]]:
+    proc = nvrx_watch(
+        "--fleet", *map(str, paths), "--platform", "none", "--state-dir", str(tmp_path / "state"),
+        "--json", *extra,
+    )  # fmt: skip
+    assert proc.stdout.strip(), proc.stderr
+    return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def restarting_run(work: Path, node_set: str = "n[1-2]") -> None:
+    """Two cycles of one generation that each ended (restarted) within the hour, on n1 and n2."""
+    now = datetime.now(UTC)
+    for i in range(2):
+        start = now - timedelta(minutes=40 - 15 * i)
+        cycle_file(work, "700", i, start, start + timedelta(minutes=10))
+    cycle_file(work, "700", 2, now - timedelta(minutes=5), None)
+
+
+# --- which chains ---------------------------------------------------------------------------
+
+
+def test_discovery_finds_chains_below_a_path_to_the_depth_it_is_given(tmp_path: Path) -> None:
+    team = tmp_path / "team"
+    for where in ("a", "group/b", "group/deeper/still/c", ".hidden/d"):
+        healthy_run(team / where)
+    (team / "group" / "loop").symlink_to(team)  # never followed
+    (team / "notes").mkdir()
+    assert discover([team], 3) == [team / "a", team / "group" / "b"]
+    assert discover([team], 4)[-1] == team / "group" / "deeper" / "still" / "c"
+    assert discover([team / "a"], 0) == [team / "a"]  # a PATH that is a chain itself
+    assert discover([team, team / "a"], 1) == [team / "a"]  # each chain once
+    with pytest.raises(FleetError, match="not a directory"):
+        discover([team / "nope"], 3)
+
+
+def test_a_chain_dir_holds_no_chains_and_its_own_dirs_are_not_searched(tmp_path: Path) -> None:
+    healthy_run(tmp_path / "outer")
+    healthy_run(tmp_path / "outer" / "checkpoints" / "inner")
+    assert discover([tmp_path], 3) == [tmp_path / "outer"]
+
+
+# --- one pass over all ----------------------------------------------------------------------
+
+
+def test_one_pass_reports_every_chain_and_exits_with_the_worst(tmp_path: Path) -> None:
+    stalled_run(tmp_path / "team" / "stalled")
+    healthy_run(tmp_path / "team" / "healthy")
+    code, doc = fleet(tmp_path, tmp_path / "team")
+    assert code == 2  # the stalled chain is critical
+    assert doc["fleet"] is True and doc["exit_code"] == 2
+    chains = {Path(c["work_dir"]).name: c for c in doc["chains"]}
+    assert set(chains) == {"stalled", "healthy"}
+    assert chains["healthy"]["state"] == "ok" and chains["healthy"]["findings"] == []
+    assert chains["stalled"]["state"] == "critical"
+    assert "stalled_progress" in {f["detector"] for f in chains["stalled"]["findings"]}
+    # The chain's own pass object, as `watch --work-dir` prints it.
+    assert chains["stalled"]["snapshot"]["checkpoint"]["value"] == 40
+
+
+def test_a_chain_that_cannot_be_read_is_blind_and_hides_no_other(tmp_path: Path) -> None:
+    healthy_run(tmp_path / "team" / "healthy")
+    broken = tmp_path / "team" / "broken"
+    broken.mkdir(parents=True)
+    (broken / "chain.json").write_text("{not json")
+    code, doc = fleet(tmp_path, tmp_path / "team")
+    assert code == 1
+    chains = {Path(c["work_dir"]).name: c for c in doc["chains"]}
+    assert chains["broken"]["state"] == "blind" and chains["broken"]["degraded"] is True
+    assert "chain.json" in chains["broken"]["error"]
+    assert chains["healthy"]["state"] == "ok"
+
+
+def test_the_summary_table_has_a_row_per_chain(tmp_path: Path) -> None:
+    stalled_run(tmp_path / "team" / "stalled")
+    healthy_run(tmp_path / "team" / "healthy")
+    proc = nvrx_watch(
+        "--fleet", str(tmp_path / "team"), "--platform", "none",
+        "--state-dir", str(tmp_path / "state"),
+    )  # fmt: skip
+    assert proc.returncode == 2
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("nvrx watch: 2 chain(s)")
+    assert lines[1].split()[:4] == ["chain", "state", "generation", "checkpoint"]
+    rows = {line.split()[0].rsplit("/", 1)[-1]: line.split() for line in lines[2:4]}
+    assert rows["healthy"][1:4] == ["ok", "901", "400"]
+    assert rows["stalled"][1:4] == ["critical", "900", "40"]
+    assert any("stalled: CRITICAL" in line and "stalled_progress" in line for line in lines)
+
+
+def test_a_node_failing_in_two_chains_is_one_fleet_finding(tmp_path: Path) -> None:
+    restarting_run(tmp_path / "team" / "a")
+    restarting_run(tmp_path / "team" / "b")
+    healthy_run(tmp_path / "team" / "c")  # on the same nodes, but it never failed
+    _, doc = fleet(tmp_path, tmp_path / "team")
+    found = {f["evidence"]["node"]: f for f in doc["fleet_findings"]}
+    assert set(found) == {"n1", "n2"}
+    evidence = found["n1"]["evidence"]["chains"]
+    assert sorted(Path(c).name for c in evidence) == ["a", "b"]
+    assert all(keys == ["700.0.0", "700.0.1"] for keys in evidence.values())
+    assert found["n1"]["detector"] == "fleet_suspect_node"
+
+
+def test_one_failing_chain_is_no_fleet_finding(tmp_path: Path) -> None:
+    restarting_run(tmp_path / "team" / "a")
+    healthy_run(tmp_path / "team" / "c")
+    _, doc = fleet(tmp_path, tmp_path / "team")
+    assert doc["fleet_findings"] == []
+
+
+def test_one_textfile_labels_every_chain_and_names_each_metric_once(tmp_path: Path) -> None:
+    stalled_run(tmp_path / "team" / "stalled")
+    healthy_run(tmp_path / "team" / "healthy")
+    prom = tmp_path / "fleet.prom"
+    fleet(tmp_path, tmp_path / "team", extra=("--prom-file", str(prom)))
+    text = prom.read_text()
+    assert text.count("# HELP nvrx_watch_checkpoint_iteration ") == 1
+    values = [line for line in text.splitlines() if line.startswith("nvrx_watch_checkpoint_iter")]
+    assert len(values) == 2 and {v.rsplit(" ", 1)[1] for v in values} == {"40", "400"}
+    assert all('chain="' in v for v in values)
+    # Each chain's own state dir still holds its state (cooldowns, first-seen times).
+    assert len(os.listdir(tmp_path / "state")) == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--fleet"], "--fleet needs at least one PATH"),
+        (["--fleet", ".", "--work-dir", "."], "--work-dir name one chain"),
+        (["1", "2"], "one JOB_ID, not 2"),
+        (["--mine", "12"], "--mine takes no JOB_ID ('12')"),
+        (["--fleet", "/nonexistent-nvrx"], "--fleet /nonexistent-nvrx: not a directory"),
+    ],
+)
+def test_a_fleet_asked_wrongly_is_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    proc = nvrx_watch(*args, "--platform", "none", "--state-dir", str(tmp_path / "s"))
+    assert proc.returncode == 2
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_an_empty_fleet_is_an_error_not_a_clean_pass(tmp_path: Path) -> None:
+    (tmp_path / "team").mkdir()
+    proc = nvrx_watch("--fleet", str(tmp_path / "team"), "--platform", "none")
+    assert proc.returncode == 2 and "no chain found" in proc.stderr
+
+
+def test_a_fleet_of_slurm_chains_costs_one_squeue_and_one_sacct(tmp_path: Path) -> None:
+    from nvrx.watch.fleet import Fleet, Member
+    from nvrx.watch.model import ChainRef
+    from nvrx.watch.resolve import Target
+    from nvrx.watch.run import Watcher
+    from tests.test_slurm_replay import Replay, slurm_for
+
+    replay = Replay({"squeue": [(0, "", "")], "sacct": [(0, "", "")]})
+    slurm = slurm_for(replay)
+    settings = WatchSettings(state_dir=tmp_path / "state")
+    members = []
+    for i in range(5):
+        work = tmp_path / f"run{i}"
+        healthy_run(work)
+        glob = str(work / "nvrx" / "*" / "cycle_infos" / "cycle_info.*")
+        target = Target(ChainRef(f"run{i}", "alice", str(work)), (glob,), None, f"run{i}")
+        members.append(Member(f"run{i}", str(work), Watcher(target, settings, slurm, host="h")))
+    result = Fleet(members, settings, slurm).run_pass()
+    assert replay.commands() == ["squeue", "sacct"] and result.slurm_commands == 2
+    assert "--name=run0,run1,run2,run3,run4" in replay.argvs[0]
+    assert [c.label for c in result.chains] == [f"run{i}" for i in range(5)]
+
+
+def test_a_work_dir_without_a_manifest_is_blind_under_slurm_not_skipped(tmp_path: Path) -> None:
+    from tests.test_slurm_replay import Replay, slurm_for
+
+    healthy_run(tmp_path / "run")
+    on_slurm = WatchSettings(state_dir=tmp_path / "state")
+    (member,) = build_fleet(
+        [tmp_path / "run"], [], on_slurm, slurm_for(Replay({})), host="h", act=False,
+        dry_run=False, no_restart_exit_code=93,
+    ).members  # fmt: skip
+    assert member.watcher is None and "job name is unknown" in (member.error or "")
+    files_only = WatchSettings(state_dir=tmp_path / "state", platform="none")
+    (member,) = build_fleet(
+        [tmp_path / "run"], [], files_only, None, host="h", act=False, dry_run=False,
+        no_restart_exit_code=93,
+    ).members  # fmt: skip
+    assert member.watcher is not None  # the cycle files are enough
