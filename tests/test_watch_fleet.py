@@ -203,3 +203,12 @@ def test_a_work_dir_without_a_manifest_is_blind_under_slurm_not_skipped(tmp_path
         no_restart_exit_code=93,
     ).members  # fmt: skip
     assert member.watcher is not None  # the cycle files are enough
+
+
+def test_the_fleet_detector_is_listed_and_can_be_disabled(tmp_path: Path) -> None:
+    listed = nvrx_watch("--list-detectors").stdout
+    assert "fleet_suspect_node" in listed and "suspect_node" in listed
+    restarting_run(tmp_path / "team" / "a")
+    restarting_run(tmp_path / "team" / "b")
+    _, doc = fleet(tmp_path, tmp_path / "team", extra=("--disable", "fleet_suspect_node"))
+    assert doc["fleet_findings"] == []

@@ -77,8 +77,9 @@ class WatchRequest:
 
 def list_detectors() -> None:
     from nvrx.watch.detectors import DETECTORS
+    from nvrx.watch.detectors.fleet import FLEET_DETECTORS
 
-    for name, fn in DETECTORS.items():
+    for name, fn in [*DETECTORS.items(), *FLEET_DETECTORS.items()]:
         doc = (fn.__doc__ or "").strip().splitlines()
         sys.stdout.write(f"{name:22} {doc[0] if doc else ''}\n")
 
