@@ -1,0 +1,84 @@
+"""Goodput: where a chain's wall time went. Every second is in exactly one category; what the
+sources cannot tell is unknown, never productive."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from nvrx.slurm.states import JobState
+from nvrx.watch.goodput import CATEGORIES, GenerationSpan, SaveSeen, goodput
+from nvrx.watch.model import CycleInfo
+
+T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+
+
+def t(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def cycle(job: str, n: int, start: float, end: float | None) -> CycleInfo:
+    return CycleInfo(
+        job, 0, n, t(start), None if end is None else t(end), "", ("n1",), (), "0-1", 1,
+        f"cycle_info.{job}.0.{n}",
+    )  # fmt: skip
+
+
+def test_a_failure_costs_the_work_since_the_last_save_and_the_restart() -> None:
+    # Task 0 starts at 0; the first cycle at 10 fails at 110, 30 s after the last save (a pass
+    # at 120 still saw that save); the launcher restarts at 130; training runs on at 330.
+    g = goodput(
+        [cycle("100", 0, 10, 110), cycle("100", 1, 130, None)],
+        [GenerationSpan("100", t(0), None, JobState.RUNNING)],
+        [SaveSeen(40, t(80), t(120))],
+        t(330),
+    )
+    assert g.seconds == {
+        "productive": 70 + 200, "progress_lost": 30, "restart_overhead": 20, "queue_wait": 0,
+        "startup": 10, "checkpoint_save": 0, "unknown": 0,
+    }  # fmt: skip
+    assert g.wall == 330 and g.fraction == 270 / 330
+
+
+def test_a_failure_without_a_save_proven_before_it_is_unknown_not_productive() -> None:
+    # The pass that saw the save came before the failure: a later save may have been missed.
+    g = goodput(
+        [cycle("100", 0, 10, 110), cycle("100", 1, 130, None)],
+        [GenerationSpan("100", t(0), None, JobState.RUNNING)],
+        [SaveSeen(40, t(80), t(90))],
+        t(330),
+    )
+    assert g.seconds["unknown"] == 100 and g.seconds["progress_lost"] == 0
+    assert g.seconds["productive"] == 200
+    assert "without a save proven" in g.notes[0]
+
+
+def test_generations_add_their_teardown_queue_wait_and_startup() -> None:
+    g = goodput(
+        [cycle("100", 0, 10, 150), cycle("200", 0, 270, 400)],
+        [
+            GenerationSpan("100", t(0), t(200), JobState.FAILED),
+            GenerationSpan("200", t(260), t(410), JobState.COMPLETED),
+        ],
+        [SaveSeen(40, t(100), t(300))],
+        t(1000),
+    )
+    assert g.end == t(410)  # the chain is over: wall time stops at its end
+    assert g.seconds == {
+        "productive": 90 + 130, "progress_lost": 50, "restart_overhead": 50, "queue_wait": 60,
+        "startup": 10 + 10, "checkpoint_save": 0, "unknown": 10,  # the clean shutdown
+    }  # fmt: skip
+    assert g.wall == 410
+
+
+def test_every_second_is_in_one_category_whatever_is_missing() -> None:
+    cases = [
+        ([cycle("1", 0, 5, 50)], [], []),  # no accounting at all
+        ([], [GenerationSpan("1", t(0), None, JobState.RUNNING)], []),  # no cycle file yet
+        ([cycle("1", 0, 5, None)], [GenerationSpan("1", t(0), None, None)], []),
+    ]
+    for cycles, spans, saves in cases:
+        g = goodput(cycles, spans, saves, t(100))
+        assert set(g.seconds) == set(CATEGORIES)
+        assert abs(g.wall - (g.end - g.start).total_seconds()) < 1e-6  # type: ignore[operator]
+    pending = goodput([], [GenerationSpan("1", None, None, JobState.PENDING)], [], t(100))
+    assert pending.start is None and pending.fraction is None and pending.wall == 0
