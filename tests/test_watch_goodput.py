@@ -3,11 +3,14 @@ sources cannot tell is unknown, never productive."""
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from nvrx.slurm.states import JobState
-from nvrx.watch.goodput import CATEGORIES, GenerationSpan, SaveSeen, goodput
-from nvrx.watch.model import CycleInfo
+from nvrx.watch.goodput import CATEGORIES, goodput
+from nvrx.watch.model import CycleInfo, GenerationSpan, SaveSeen
+from nvrx.watch.state import WatchState, load_state, save_state
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 
@@ -71,7 +74,7 @@ def test_generations_add_their_teardown_queue_wait_and_startup() -> None:
 
 
 def test_every_second_is_in_one_category_whatever_is_missing() -> None:
-    cases = [
+    cases: list[tuple[list[CycleInfo], list[GenerationSpan], list[SaveSeen]]] = [
         ([cycle("1", 0, 5, 50)], [], []),  # no accounting at all
         ([], [GenerationSpan("1", t(0), None, JobState.RUNNING)], []),  # no cycle file yet
         ([cycle("1", 0, 5, None)], [GenerationSpan("1", t(0), None, None)], []),
@@ -82,3 +85,42 @@ def test_every_second_is_in_one_category_whatever_is_missing() -> None:
         assert abs(g.wall - (g.end - g.start).total_seconds()) < 1e-6  # type: ignore[operator]
     pending = goodput([], [GenerationSpan("1", None, None, JobState.PENDING)], [], t(100))
     assert pending.start is None and pending.fraction is None and pending.wall == 0
+
+
+# --- what passes remember for it ---------------------------------------------------------------
+
+
+def test_passes_remember_each_save_and_until_when_it_was_the_last(tmp_path: Path) -> None:
+    state = WatchState()
+    state.see_checkpoint(40, t(80), t(90))
+    state.see_checkpoint(40, t(80), t(120))  # still that save: no save in between
+    state.see_checkpoint(60, t(200), t(210))
+    assert state.saves == [SaveSeen(40, t(80), t(120)), SaveSeen(60, t(200), t(210))]
+    state.see_spans([GenerationSpan("100", t(0), None, JobState.RUNNING)])
+    spans = state.see_spans([GenerationSpan("100", t(0), t(300), JobState.FAILED)])
+    assert spans == [GenerationSpan("100", t(0), t(300), JobState.FAILED)]
+    save_state(state, tmp_path / "state.json")
+    again = load_state(tmp_path / "state.json")
+    assert again.saves == state.saves and again.spans == state.spans
+
+
+def test_a_watch_pass_reports_the_goodput_it_can_prove(tmp_path: Path) -> None:
+    from .test_watch_run import cycle_file, watch
+
+    work = tmp_path / "w"
+    now = datetime.now(UTC)
+    ckpt = work / "checkpoints" / "latest_checkpointed_iteration.txt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_text("40\n")
+    saved = (now - timedelta(minutes=20)).timestamp()
+    os.utime(ckpt, (saved, saved))
+    cycle_file(work, "800", 0, now - timedelta(minutes=30), now - timedelta(minutes=10))
+    cycle_file(work, "800", 1, now - timedelta(minutes=9), None)
+    _, doc, _ = watch(work, tmp_path / "state")
+    good = doc["goodput"]
+    # This pass (after the failure) saw the save of 20 minutes ago: 10 minutes were lost.
+    assert abs(good["seconds"]["progress_lost"] - 600) < 2
+    assert abs(good["seconds"]["restart_overhead"] - 60) < 2
+    assert abs(good["seconds"]["productive"] - (600 + 540)) < 5
+    assert good["sources"]["progress_lost"].startswith("cycle files and the checkpoint file")
+    assert 0.6 < good["fraction"] < 0.7

@@ -169,7 +169,7 @@ class Fleet:
         if path is None:
             return
         parts = [
-            ChainMetrics(r.snapshot, r.findings, r.degraded, r.last_success)
+            ChainMetrics(r.snapshot, r.findings, r.degraded, r.last_success, r.goodput)
             for c in fleet.chains
             if (r := c.result) is not None
         ]

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from nvrx.slurm.states import JobState
-from nvrx.watch.model import CycleInfo
+from nvrx.watch.model import CycleInfo, GenerationSpan, SaveSeen
 
 CATEGORIES = (
     "productive",
@@ -50,26 +50,6 @@ SOURCES = {
 
 
 _CLEAN = (JobState.COMPLETED, None)
-
-
-@dataclass(frozen=True, slots=True)
-class GenerationSpan:
-    """A generation's task 0 in accounting: when it started and ended (None: not yet)."""
-
-    job_id: str
-    start: datetime | None
-    end: datetime | None
-    state: JobState | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class SaveSeen:
-    """A checkpoint save as watch passes saw it: the iteration, the file's mtime (when it was
-    saved), and the last pass that still found the file so (no save in between)."""
-
-    iteration: int
-    at: datetime
-    seen_until: datetime
 
 
 @dataclass(frozen=True)

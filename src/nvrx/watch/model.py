@@ -123,6 +123,26 @@ class TaskZeroEnding:
     no_restart: bool  # exit code was the no-restart code, or the generation's no_restart flag
 
 
+@dataclass(frozen=True, slots=True)
+class GenerationSpan:
+    """A generation's task 0 in accounting: when it started and ended (None: not yet)."""
+
+    job_id: str
+    start: datetime | None
+    end: datetime | None
+    state: JobState | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SaveSeen:
+    """A checkpoint save as watch passes saw it: the iteration, the file's mtime (when it was
+    saved), and the last pass that still found the file so (no save in between)."""
+
+    iteration: int
+    at: datetime
+    seen_until: datetime
+
+
 @dataclass(frozen=True)
 class Platform:
     """What Slurm said this pass. A failed query is recorded, never read as 'nothing'."""
@@ -133,6 +153,7 @@ class Platform:
     accounting_error: str | None = None
     generations: tuple[Generation, ...] = ()  # live generations of this chain
     endings: tuple[TaskZeroEnding, ...] = ()  # task-0 endings within the churn window (+ orphans)
+    spans: tuple[GenerationSpan, ...] = ()  # every task 0 accounting showed (running ones too)
 
     def generation(self, job_id: str) -> Generation | None:
         return next((g for g in self.generations if g.job_id == job_id), None)

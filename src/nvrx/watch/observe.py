@@ -26,6 +26,7 @@ from nvrx.watch.model import (
     Checkpoint,
     CycleInfo,
     Generation,
+    GenerationSpan,
     Platform,
     SkippedFile,
     Snapshot,
@@ -177,10 +178,14 @@ def observe_platforms(
         acct_by_name: dict[str, list[AccountingRow]] = {}
         for arow in acct:
             acct_by_name.setdefault(arow.name, []).append(arow)
-        endings = [
-            _task_zero_endings(_of_user(acct_by_name.get(name, []), t), t, k)
-            for name, t, k in zip(names, targets, known, strict=True)
+        mine = [
+            _of_user(acct_by_name.get(name, []), t) for name, t in zip(names, targets, strict=True)
         ]
+        endings = [
+            _task_zero_endings(rows_, t, k)
+            for rows_, t, k in zip(mine, targets, known, strict=True)
+        ]
+        spans = [_spans(rows_, t, k) for rows_, t, k in zip(mine, targets, known, strict=True)]
         # A generation whose task 0 left the queue longer ago than the window: ask for it.
         missing = [
             [
@@ -195,18 +200,30 @@ def observe_platforms(
             for i, ids in enumerate(missing):
                 if ids:
                     wanted = set(ids)
-                    endings[i] += _task_zero_endings(
-                        [r for r in late if r.array_job_id in wanted], targets[i], known[i] | wanted
-                    )
+                    theirs = [r for r in late if r.array_job_id in wanted]
+                    endings[i] += _task_zero_endings(theirs, targets[i], known[i] | wanted)
+                    spans[i] += _spans(theirs, targets[i], known[i] | wanted)
     except (SlurmError, SlurmValueError) as exc:
         return [
             Platform(queue_ok=True, accounting_ok=False, accounting_error=str(exc), generations=g)
             for g in generations
         ]
     return [
-        Platform(queue_ok=True, generations=g, endings=tuple(e))
-        for g, e in zip(generations, endings, strict=True)
+        Platform(queue_ok=True, generations=g, endings=tuple(e), spans=tuple(s))
+        for g, e, s in zip(generations, endings, spans, strict=True)
     ]
+
+
+def _spans(rows: list[AccountingRow], target: Target, known: set[str]) -> list[GenerationSpan]:
+    """When each generation's task 0 started and ended, whatever its state (goodput)."""
+    out = []
+    for row in rows:
+        if row.is_pending_range or row.task_id not in (0, None):
+            continue
+        if target.chain.chain_id is not None and row.array_job_id not in known:
+            continue
+        out.append(GenerationSpan(row.array_job_id, row.start, row.end, row.state))
+    return out
 
 
 def _ended(endings: list[TaskZeroEnding]) -> set[str]:

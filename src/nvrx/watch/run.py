@@ -24,6 +24,7 @@ from nvrx.slurm import JobState, Slurm, SlurmError
 from nvrx.watch.cyclecache import CycleCache
 from nvrx.watch.detectors import DETECTORS, run_detectors
 from nvrx.watch.detectors import degraded as is_degraded
+from nvrx.watch.goodput import Goodput, goodput
 from nvrx.watch.model import CancelPending, Finding, Platform, Severity, Snapshot
 from nvrx.watch.observe import observe
 from nvrx.watch.resolve import Target, from_manifest
@@ -57,6 +58,7 @@ class PassResult:
     sink_errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     last_success: datetime | None = None  # this host's last pass that saw (the state's)
+    goodput: Goodput | None = None
 
     @property
     def exit_code(self) -> int:
@@ -140,6 +142,8 @@ class Watcher:
             for f in run_detectors(snap, self.settings)
         ]
         result = PassResult(snap, findings, is_degraded(snap))
+        spans = state.see_spans(snap.platform.spans if snap.platform is not None else ())
+        result.goodput = goodput(snap.cycles, spans, state.saves, now)
         if not result.degraded:
             # A blind pass silences the queue-based detectors; their findings are not over.
             state.forget_findings_except({f.key for f in findings})
@@ -168,7 +172,11 @@ class Watcher:
                     prometheus_text(
                         [
                             ChainMetrics(
-                                snap, findings, result.degraded, state.last_success.get(self.host)
+                                snap,
+                                findings,
+                                result.degraded,
+                                state.last_success.get(self.host),
+                                result.goodput,
                             )
                         ],
                         list(DETECTORS),

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from nvrx.display import printable
 from nvrx.files import write_atomic
+from nvrx.watch.goodput import CATEGORIES, Goodput
 from nvrx.watch.model import Finding, Severity, Snapshot
 
 WEBHOOK = "webhook"
@@ -129,6 +130,7 @@ class ChainMetrics:
     findings: list[Finding]
     degraded: bool
     last_success: datetime | None
+    goodput: Goodput | None = None
 
 
 def prometheus_text(chains: Sequence[ChainMetrics], detectors: list[str]) -> str:
@@ -198,6 +200,18 @@ def _chain_metrics(
             "nvrx_watch_checkpoint_age_seconds",
             "age of the checkpoint iteration file",
             [(chain, max(age, 0.0))],
+        )
+    good = part.goodput
+    if good is not None and good.fraction is not None:
+        metric(
+            "nvrx_watch_goodput_ratio",
+            "productive training time over wall time (docs/goodput.md)",
+            [(chain, good.fraction)],
+        )
+        metric(
+            "nvrx_watch_goodput_seconds",
+            "the chain's wall time by category (docs/goodput.md)",
+            [(f'{chain},category="{k}"', good.seconds.get(k, 0.0)) for k in CATEGORIES],
         )
     counts = Counter(f.detector for f in findings)
     metric(

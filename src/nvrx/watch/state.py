@@ -18,10 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from nvrx.files import InputError, read_bounded, write_atomic
-from nvrx.watch.model import CounterDrop, CycleInfo
+from nvrx.slurm.states import JobState
+from nvrx.watch.model import CounterDrop, CycleInfo, GenerationSpan, SaveSeen
 
 SCHEMA = 1
 _ADVANCES_KEPT = 12
+# Goodput's memory: the saves passes saw, and generations' spans after the churn window let go
+# of them. Bounded: a chain of a thousand generations saving every few minutes for weeks.
+_SAVES_KEPT = 5000
+_SPANS_KEPT = 2000
 
 
 def _time(value: Any) -> datetime | None:
@@ -53,10 +58,32 @@ class WatchState:
     # mid-write changes; one that keeps `release` or junk does not, and is reported).
     checkpoint_text: str | None = None
     checkpoint_text_since: datetime | None = None
+    saves: list[SaveSeen] = field(default_factory=list)  # oldest first
+    spans: dict[str, GenerationSpan] = field(default_factory=dict)  # by generation
+
+    def see_save(self, value: int, mtime: datetime, now: datetime) -> None:
+        """The file holds `value` saved at `mtime`, as this pass at `now` saw it."""
+        last = self.saves[-1] if self.saves else None
+        if last is not None and last.iteration == value and last.at == mtime:
+            self.saves[-1] = SaveSeen(value, mtime, max(now, last.seen_until))
+            return
+        self.saves.append(SaveSeen(value, mtime, now))
+        del self.saves[:-_SAVES_KEPT]
+
+    def see_spans(self, spans: Sequence[GenerationSpan]) -> list[GenerationSpan]:
+        """Merge this pass's generation spans into those remembered; all of them, by start."""
+        for span in spans:
+            self.spans[span.job_id] = span
+        if len(self.spans) > _SPANS_KEPT:
+            keep = sorted(self.spans.values(), key=_span_order)[-_SPANS_KEPT:]
+            self.spans = {s.job_id: s for s in keep}
+        return sorted(self.spans.values(), key=_span_order)
 
     def see_checkpoint(self, value: int | None, mtime: datetime | None, now: datetime) -> None:
         if value is None:
             return
+        if mtime is not None:
+            self.see_save(value, mtime, now)
         if value != self.checkpoint_value:
             if self.checkpoint_value is not None and mtime is not None:
                 self.checkpoint_advances.append((value, mtime))
@@ -159,6 +186,18 @@ class WatchState:
                 else None,
             },
             "cycle_high": self.cycle_high,
+            "saves": [
+                [s.iteration, s.at.isoformat(), s.seen_until.isoformat()] for s in self.saves
+            ],
+            "spans": [
+                [
+                    s.job_id,
+                    s.start.isoformat() if s.start else None,
+                    s.end.isoformat() if s.end else None,
+                    s.state.value if s.state else None,
+                ]
+                for s in self.spans.values()
+            ],
             "findings": {k: v.isoformat() for k, v in self.findings.items()},
             "alerts": {k: v.isoformat() for k, v in self.alerts.items()},
         }
@@ -213,7 +252,37 @@ def load_state(path: Path) -> WatchState:
         checkpoint_text_since=_time(ckpt.get("text_since")),
         findings=times(data.get("findings")),
         alerts=times(data.get("alerts")),
+        saves=_saves(data.get("saves")),
+        spans=_spans(data.get("spans")),
     )
+
+
+def _span_order(span: GenerationSpan) -> tuple[float, str]:
+    return (span.start.timestamp() if span.start else float("inf"), span.job_id)
+
+
+def _saves(raw: Any) -> list[SaveSeen]:
+    """The remembered saves; an item that is not one is left out (the state is a cache)."""
+    out = []
+    for item in raw if isinstance(raw, list) else ():
+        if isinstance(item, list) and len(item) == 3 and type(item[0]) is int:
+            at, until = _time(item[1]), _time(item[2])
+            if at is not None and until is not None:
+                out.append(SaveSeen(item[0], at, until))
+    return out[-_SAVES_KEPT:]
+
+
+def _spans(raw: Any) -> dict[str, GenerationSpan]:
+    out: dict[str, GenerationSpan] = {}
+    for item in raw if isinstance(raw, list) else ():
+        if not (isinstance(item, list) and len(item) == 4 and isinstance(item[0], str)):
+            continue
+        try:
+            state = JobState(item[3]) if isinstance(item[3], str) else None
+        except ValueError:
+            state = None
+        out[item[0]] = GenerationSpan(item[0], _time(item[1]), _time(item[2]), state)
+    return out
 
 
 def save_state(state: WatchState, path: Path) -> None:
