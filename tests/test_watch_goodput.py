@@ -3,9 +3,12 @@ sources cannot tell is unknown, never productive."""
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+import pytest
 
 from nvrx.slurm.states import JobState
 from nvrx.watch.goodput import CATEGORIES, goodput
@@ -124,3 +127,27 @@ def test_a_watch_pass_reports_the_goodput_it_can_prove(tmp_path: Path) -> None:
     assert abs(good["seconds"]["productive"] - (600 + 540)) < 5
     assert good["sources"]["progress_lost"].startswith("cycle files and the checkpoint file")
     assert 0.6 < good["fraction"] < 0.7
+
+
+def test_goodput_reports_a_chain_and_a_fleet_and_changes_nothing(tmp_path: Path) -> None:
+    from .test_watch_run import healthy_run, nvrx_watch, stalled_run
+
+    stalled_run(tmp_path / "team" / "stalled")
+    healthy_run(tmp_path / "team" / "healthy")
+    state = ("--platform", "none", "--state-dir", str(tmp_path / "state"))
+    one = nvrx_watch("--goodput", "--work-dir", str(tmp_path / "team" / "healthy"), *state)
+    assert one.returncode == 0, one.stderr
+    assert "goodput of " in one.stdout and "100.0% of 20.0m" in one.stdout
+    assert [line.split()[0] for line in one.stdout.splitlines()[2:9]] == list(CATEGORIES)
+    doc = json.loads(
+        nvrx_watch("--goodput", "--fleet", str(tmp_path / "team"), "--json", *state).stdout
+    )
+    assert len(doc["chains"]) == 2
+    total = doc["goodput"]
+    assert total["wall_seconds"] == pytest.approx(
+        sum(c["goodput"]["wall_seconds"] for c in doc["chains"]), abs=0.01
+    )
+    assert not (tmp_path / "state" / "stalled").exists()
+    assert not any(p.name == "state.json" for p in (tmp_path / "state").rglob("*"))
+    refused = nvrx_watch("--goodput", "--act", "--work-dir", str(tmp_path), *state)
+    assert refused.returncode == 2 and "--goodput only reads" in refused.stderr

@@ -52,6 +52,12 @@ def watch_cmd(
         bool, typer.Option("--dry-run", help="No action, alert, heartbeat or state write.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per pass.")] = False,
+    goodput: Annotated[
+        bool,
+        typer.Option(
+            "--goodput", help="Where the chain's wall time went, by category (reads only)."
+        ),
+    ] = False,
     html: Annotated[
         Path | None,
         typer.Option(
@@ -105,6 +111,7 @@ def watch_cmd(
         as_json=as_json,
         list_detectors=list_detectors,
         html=html,
+        goodput=goodput,
     )
     flags = {
         "watch.platform": (platform, "--platform"),

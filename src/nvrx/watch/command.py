@@ -8,7 +8,7 @@ import socket
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,6 +41,7 @@ class WatchRequest:
     as_json: bool = False
     list_detectors: bool = False
     html: Path | None = None  # the timeline page, rewritten after every pass
+    goodput: bool = False  # one read-only pass; print where the wall time went
 
     @property
     def job_id(self) -> str | None:
@@ -48,6 +49,8 @@ class WatchRequest:
 
     def check(self) -> None:
         """One line naming what does not go together."""
+        if self.goodput and self.act:
+            raise CommandError("--goodput only reads: not with --act")
         if self.fleet or self.mine:
             single = [
                 name
@@ -113,12 +116,33 @@ def _write_timeline(path: Path, result: PassResult) -> None:
         raise CommandError(f"cannot write the timeline {path}: {exc.strerror}", 1) from None
 
 
+def _print_goodput(result: PassResult, as_json: bool) -> int:
+    """`--goodput`: the chain's breakdown (exit 1 when the pass was blind, else 0)."""
+    from nvrx.watch.output import JSON_SCHEMA, goodput_lines, print_lines
+
+    chain = result.snapshot.chain
+    good = result.goodput
+    if as_json:
+        doc = {
+            "schema": JSON_SCHEMA,
+            "chain": chain.label,
+            "work_dir": chain.work_dir,
+            "degraded": result.degraded,
+            "goodput": good.to_json() if good else None,
+        }
+        sys.stdout.write(json.dumps(doc) + "\n")
+    else:
+        print_lines(goodput_lines(chain.label, good), sys.stdout, color=sys.stdout.isatty())
+    return 1 if result.degraded else 0
+
+
 def fleet_watch(
     request: WatchRequest, settings: WatchSettings, slurm: Slurm | None, no_restart_code: int
 ) -> int:
     """`--fleet PATH...` / `--mine`: every chain in one pass (or one every interval)."""
     from nvrx.watch.fleet import FleetError, build_fleet, discover, my_chains
-    from nvrx.watch.output import fleet_json, fleet_lines, lines_renderable, print_lines
+    from nvrx.watch.fleetview import fleet_json, fleet_lines
+    from nvrx.watch.output import lines_renderable, print_lines
 
     try:
         dirs = discover([Path(p) for p in request.targets], settings.fleet_depth)
@@ -153,6 +177,15 @@ def fleet_watch(
         while True:
             result = fleet.run_pass()
             code = result.exit_code
+            if request.goodput:
+                from nvrx.watch.fleetview import fleet_goodput_report
+
+                lines, doc = fleet_goodput_report(result)
+                if request.as_json:
+                    sys.stdout.write(json.dumps(doc) + "\n")
+                else:
+                    print_lines(lines, sys.stdout, color=sys.stdout.isatty())
+                return 1 if any(c.exit_code == 1 for c in result.chains) else 0
             if request.as_json:
                 sys.stdout.write(json.dumps(fleet_json(result, settings)) + "\n")
                 sys.stdout.flush()
@@ -186,6 +219,8 @@ def watch(
         list_detectors()
         return 0
     request.check()
+    if request.goodput:  # a report: it reads the state, alerts nobody and writes nothing
+        request = replace(request, dry_run=True)
     from nvrx.slurm import Slurm
     from nvrx.watch.detectors import DETECTORS
     from nvrx.watch.detectors.fleet import FLEET_DETECTORS
@@ -252,6 +287,8 @@ def watch(
                     code = _blind(f"pass failed: {exc}", request.as_json)
                 else:
                     code = result.exit_code
+                    if request.goodput:
+                        return _print_goodput(result, request.as_json)
                     if request.html is not None:
                         _write_timeline(request.html, result)
                     if request.as_json:

@@ -81,6 +81,15 @@ class Goodput:
         }
 
 
+def fleet_goodput(parts: Sequence[Goodput]) -> Goodput:
+    """A fleet's goodput: its chains' seconds added up, category by category (so the fraction
+    weighs each chain by its wall time)."""
+    seconds = {k: sum(g.seconds.get(k, 0.0) for g in parts) for k in CATEGORIES}
+    starts = [g.start for g in parts if g.start]
+    ends = [g.end for g in parts if g.end]
+    return Goodput(min(starts, default=None), max(ends, default=None), seconds)
+
+
 def _seconds(a: datetime, b: datetime) -> float:
     return max((b - a).total_seconds(), 0.0)
 

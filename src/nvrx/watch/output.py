@@ -1,17 +1,14 @@
-"""How a watch pass reports: one screen for people, one JSON object per pass for programs;
-for a fleet, one summary table and one document."""
+"""How a watch pass reports: one screen for people, one JSON object per pass for programs, and
+the goodput breakdown (a fleet's reports are `watch.fleetview`'s, built from these)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any, TextIO
 
-from nvrx.config import WatchSettings
 from nvrx.display import printable
 from nvrx.slurm.hostlist import compress
-from nvrx.watch.detectors.fleet import failed_cycles
-from nvrx.watch.fleet import ChainPass, FleetResult
-from nvrx.watch.goodput import CATEGORIES, Goodput
+from nvrx.watch.goodput import CATEGORIES, SOURCES, Goodput
 from nvrx.watch.model import Severity
 from nvrx.watch.run import EXIT_CRITICAL, EXIT_DEGRADED, PassResult
 
@@ -20,18 +17,18 @@ JSON_SCHEMA = 1
 # as plain text otherwise (cron, pipes), so a pass that is not watched never imports rich.
 Segment = tuple[str, str]
 Line = list[Segment]
-_STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+SEVERITY_STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
-def _age(now: datetime, then: datetime | None) -> float | None:
+def age_seconds(now: datetime, then: datetime | None) -> float | None:
     return None if then is None else round((now - then).total_seconds(), 1)
 
 
-def _ago(seconds: float | None) -> str:
+def ago(seconds: float | None) -> str:
     if seconds is None:
         return "?"
     if seconds < 0:
@@ -105,7 +102,7 @@ def pass_json(result: PassResult) -> dict[str, Any]:
                 "cycle_number": latest.cycle_number,
                 "start": _iso(latest.start),
                 "end": _iso(latest.end),
-                "age_seconds": _age(now, latest.start),
+                "age_seconds": age_seconds(now, latest.start),
                 "active_nodes": compress(latest.active_nodes),
                 "standby_nodes": compress(latest.standby_nodes),
             },
@@ -113,7 +110,7 @@ def pass_json(result: PassResult) -> dict[str, Any]:
                 "path": ckpt.path,
                 "value": ckpt.value,
                 "mtime": _iso(ckpt.mtime),
-                "age_seconds": _age(now, ckpt.mtime),
+                "age_seconds": age_seconds(now, ckpt.mtime),
                 "first_seen": _iso(ckpt.first_seen),
                 "save_interval_seconds": ckpt.save_interval_seconds,
                 "error": ckpt.error,
@@ -173,7 +170,7 @@ def pass_lines(result: PassResult) -> list[Line]:
                 + "; ".join(
                     f"{e.job_id} {e.state.value} {e.exit or '?'}"
                     + (" (no-restart verdict)" if e.no_restart else "")
-                    + (f", {_ago(_age(now, e.end))}" if e.end else "")
+                    + (f", {ago(age_seconds(now, e.end))}" if e.end else "")
                     for e in recent
                 )
             )
@@ -183,16 +180,16 @@ def pass_lines(result: PassResult) -> list[Line]:
         say("cycle: no cycle-info files yet")
     else:
         restarts = len(snap.cycles_of(latest.job_id)) - 1
-        end = "open" if latest.end is None else f"ended {_ago((now - latest.end).total_seconds())}"
+        end = "open" if latest.end is None else f"ended {ago((now - latest.end).total_seconds())}"
         standby = compress(latest.standby_nodes) or "none"
         say(
             f"cycle: {latest.key} (cycle {latest.cycle_number}, {restarts} restart(s) in this "
-            f"generation), started {_ago((now - latest.start).total_seconds())}, {end}; "
+            f"generation), started {ago((now - latest.start).total_seconds())}, {end}; "
             f"active {compress(latest.active_nodes)}, standby {standby}"
         )
     ckpt = snap.checkpoint
     if ckpt.value is not None:
-        written = _ago(_age(now, ckpt.mtime)) if ckpt.mtime else "earlier"
+        written = ago(age_seconds(now, ckpt.mtime)) if ckpt.mtime else "earlier"
         say(
             f"checkpoint: iteration {ckpt.value}, written {written}"
             + (f" (now {ckpt.error})" if ckpt.error else "")
@@ -209,10 +206,10 @@ def pass_lines(result: PassResult) -> list[Line]:
     if not result.findings:
         say("findings: none", "green")
     for f in result.findings:
-        row: Line = [("  ", ""), (f"{f.severity.value.upper():8}", _STYLE[f.severity])]
+        row: Line = [("  ", ""), (f"{f.severity.value.upper():8}", SEVERITY_STYLE[f.severity])]
         row.append((printable(f" {f.detector}: {f.summary}"), ""))
         if f.first_seen is not None and (now - f.first_seen).total_seconds() >= 60:
-            row.append((f" (since {_ago(_age(now, f.first_seen))})", "dim"))
+            row.append((f" (since {ago(age_seconds(now, f.first_seen))})", "dim"))
         lines.append(row)
         for extra in (f.detail, f"runbook: {f.runbook}" if f.runbook else ""):
             if extra:
@@ -263,62 +260,12 @@ def print_lines(lines: list[Line], out: TextIO, *, color: bool) -> None:
     console.print(lines_renderable(lines))
 
 
-# --- a fleet pass ---------------------------------------------------------------------------
-
-
-def chain_state(chain: ChainPass) -> str:
-    """One word for the summary: blind when the pass could not see, else its worst finding."""
-    r = chain.result
-    if r is None or r.degraded:
-        return "blind"
-    worst = min((f.severity for f in r.findings), key=lambda s: s.rank, default=None)
-    return "ok" if worst is None else worst.value
-
-
-def fleet_json(fleet: FleetResult, settings: WatchSettings) -> dict[str, Any]:
-    """One document: one object per chain (its work dir, today's pass object with its
-    findings), the fleet findings, the Slurm commands the pass cost."""
-    chains = []
-    for c in fleet.chains:
-        body: dict[str, Any] = (
-            pass_json(c.result)
-            if c.result is not None
-            else {"exit_code": EXIT_DEGRADED, "degraded": True, "findings": []}
-        )
-        chains.append(
-            {
-                "label": c.label,
-                "work_dir": c.work_dir,
-                "state": chain_state(c),
-                "error": c.error,
-                "restarts_in_window": _restarts(c, settings),
-                **body,
-            }
-        )
-    return {
-        "schema": JSON_SCHEMA,
-        "fleet": True,
-        "observed_at": fleet.observed_at.isoformat(),
-        "exit_code": fleet.exit_code,
-        "slurm_commands": fleet.slurm_commands,
-        "chains": chains,
-        "fleet_findings": [f.to_json() for f in fleet.findings],
-        "notes": fleet.notes,
-    }
-
-
-def _restarts(chain: ChainPass, settings: WatchSettings) -> int | None:
-    if chain.result is None:
-        return None
-    return len(failed_cycles(chain.result.snapshot, settings.fleet_window))
-
-
 def goodput_line(good: Goodput) -> str:
     """`goodput: 81.8% of 5.5m (productive 4.5m, lost 30s, ...)`, every category named."""
     short = {"progress_lost": "lost", "restart_overhead": "restarts", "queue_wait": "queue",
              "checkpoint_save": "saving"}  # fmt: skip
     parts = ", ".join(f"{short.get(k, k)} {_span(good.seconds.get(k, 0.0))}" for k in CATEGORIES)
-    return f"goodput: {_percent(good.fraction)} of {_span(good.wall)} ({parts})"
+    return f"goodput: {percent(good.fraction)} of {_span(good.wall)} ({parts})"
 
 
 def _span(seconds: float) -> str:
@@ -328,64 +275,23 @@ def _span(seconds: float) -> str:
     return f"{seconds:.0f}s"
 
 
-def _percent(fraction: float | None) -> str:
-    return "-" if fraction is None else f"{100 * fraction:.1f}%"
-
-
-def fleet_lines(fleet: FleetResult, settings: WatchSettings) -> list[Line]:
-    """The fleet's summary: one row per chain, then the fleet findings and each chain's."""
-    now = fleet.observed_at
-    window = f"{settings.fleet_window / 3600:g}h"
-    header = (
-        "chain", "state", "generation", "checkpoint", "age", f"restarts/{window}", "goodput",
-        "findings",
-    )  # fmt: skip
-    rows: list[tuple[str, ...]] = []
-    for c in fleet.chains:
-        r = c.result
-        if r is None:
-            rows.append((c.label, "blind", "?", "?", "?", "?", "?", "?"))
-            continue
-        snap = r.snapshot
-        ckpt = snap.checkpoint
-        rows.append(
-            (
-                c.label,
-                chain_state(c),
-                snap.current_job or "-",
-                str(ckpt.value) if ckpt.value is not None else "-",
-                _ago(_age(now, ckpt.mtime)) if ckpt.mtime else "-",
-                str(_restarts(c, settings)),
-                _percent(r.goodput.fraction if r.goodput else None),
-                str(len(r.findings)),
-            )
-        )
-    widths = [max(len(printable(row[i])) for row in (header, *rows)) for i in range(len(header))]
-    style = {"critical": "bold red", "warning": "yellow", "info": "cyan", "blind": "yellow"}
+def goodput_lines(label: str, good: Goodput | None) -> list[Line]:
+    """`--goodput`: one chain's (or the fleet's) wall time by category, each with its source."""
+    if good is None or good.fraction is None:
+        return [[(printable(f"goodput of {label}: nothing ran yet"), "")]]
+    span = f"{good.start:%Y-%m-%d %H:%M:%S} to {good.end:%Y-%m-%d %H:%M:%S} UTC"
     lines: list[Line] = [
-        [(f"nvrx watch: {len(fleet.chains)} chain(s)", "bold"), (f"  exit {fleet.exit_code}", "")],
-        [("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)), "bold")],
-    ]
-    for row in rows:
-        line: Line = []
-        for i, (cell, w) in enumerate(zip(row, widths, strict=True)):
-            text = printable(cell).ljust(w) + ("  " if i < len(row) - 1 else "")
-            line.append((text, style.get(cell, "green" if cell == "ok" else "") if i == 1 else ""))
-        lines.append(line)
-    for f in fleet.findings:
-        lines.append(
-            [("  ", ""), (f"{f.severity.value.upper():8}", _STYLE[f.severity]),
-             (printable(f" {f.detector}: {f.summary}"), "")]
-        )  # fmt: skip
-    for c in fleet.chains:
-        if c.error:
-            lines.append([(printable(f"{c.label}: BLIND: {c.error}"), "yellow")])
-        for f in c.result.findings if c.result else ():
-            lines.append(
-                [(printable(f"{c.label}: "), "dim"), (f"{f.severity.value.upper():8}",
-                 _STYLE[f.severity]), (printable(f" {f.detector}: {f.summary}"), "")]
-            )  # fmt: skip
-        for action in c.result.actions if c.result else ():
-            lines.append([(printable(f"{c.label}: {action}"), "bold")])
-    lines += [[(printable(f"note: {n}"), "dim")] for n in fleet.notes]
+        [(printable(f"goodput of {label}: "), "bold"), (percent(good.fraction), "bold"),
+         (printable(f" of {_span(good.wall)} ({span})"), "")],
+        [(f"  {'category':<17} {'time':>8} {'share':>7}  source", "bold")],
+    ]  # fmt: skip
+    for k in CATEGORIES:
+        value = good.seconds.get(k, 0.0)
+        share = percent(value / good.wall)
+        lines.append([(printable(f"  {k:<17} {_span(value):>8} {share:>7}  {SOURCES[k]}"), "")])
+    lines += [[(printable(f"  note: {n}"), "dim")] for n in good.notes]
     return lines
+
+
+def percent(fraction: float | None) -> str:
+    return "-" if fraction is None else f"{100 * fraction:.1f}%"

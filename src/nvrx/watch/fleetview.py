@@ -1,0 +1,160 @@
+"""How a fleet pass reports: one summary table (a row per chain), one document (an object per
+chain, each today's pass object), and the goodput of every chain and of the fleet."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nvrx.config import WatchSettings
+from nvrx.display import printable
+from nvrx.watch.detectors.fleet import failed_cycles
+from nvrx.watch.fleet import ChainPass, FleetResult
+from nvrx.watch.goodput import Goodput, fleet_goodput
+from nvrx.watch.output import (
+    JSON_SCHEMA,
+    SEVERITY_STYLE,
+    Line,
+    age_seconds,
+    ago,
+    goodput_line,
+    goodput_lines,
+    pass_json,
+    percent,
+)
+from nvrx.watch.run import EXIT_DEGRADED
+
+
+def chain_state(chain: ChainPass) -> str:
+    """One word for the summary: blind when the pass could not see, else its worst finding."""
+    r = chain.result
+    if r is None or r.degraded:
+        return "blind"
+    worst = min((f.severity for f in r.findings), key=lambda s: s.rank, default=None)
+    return "ok" if worst is None else worst.value
+
+
+def fleet_json(fleet: FleetResult, settings: WatchSettings) -> dict[str, Any]:
+    """One document: one object per chain (its work dir, today's pass object with its
+    findings), the fleet findings, the Slurm commands the pass cost."""
+    chains = []
+    for c in fleet.chains:
+        body: dict[str, Any] = (
+            pass_json(c.result)
+            if c.result is not None
+            else {"exit_code": EXIT_DEGRADED, "degraded": True, "findings": []}
+        )
+        chains.append(
+            {
+                "label": c.label,
+                "work_dir": c.work_dir,
+                "state": chain_state(c),
+                "error": c.error,
+                "restarts_in_window": _restarts(c, settings),
+                **body,
+            }
+        )
+    return {
+        "schema": JSON_SCHEMA,
+        "fleet": True,
+        "observed_at": fleet.observed_at.isoformat(),
+        "exit_code": fleet.exit_code,
+        "slurm_commands": fleet.slurm_commands,
+        "chains": chains,
+        "fleet_findings": [f.to_json() for f in fleet.findings],
+        "goodput": _fleet_goodput(fleet).to_json(),
+        "notes": fleet.notes,
+    }
+
+
+def fleet_goodput_report(fleet: FleetResult) -> tuple[list[Line], dict[str, Any]]:
+    """`--goodput --fleet`: every chain's breakdown, then the fleet's; and its document."""
+    lines: list[Line] = []
+    chains = []
+    for c in fleet.chains:
+        good = c.result.goodput if c.result else None
+        lines += (
+            goodput_lines(c.label, good)
+            if c.result
+            else [[(printable(f"goodput of {c.label}: BLIND ({c.error})"), "yellow")]]
+        )
+        chains.append({"label": c.label, "work_dir": c.work_dir, "error": c.error,
+                       "goodput": good.to_json() if good else None})  # fmt: skip
+    total = _fleet_goodput(fleet)
+    lines += goodput_lines("the fleet", total)
+    doc = {"schema": JSON_SCHEMA, "chains": chains, "goodput": total.to_json()}
+    return lines, doc
+
+
+def _fleet_goodput(fleet: FleetResult) -> Goodput:
+    return fleet_goodput([g for c in fleet.chains if c.result and (g := c.result.goodput)])
+
+
+def _restarts(chain: ChainPass, settings: WatchSettings) -> int | None:
+    if chain.result is None:
+        return None
+    return len(failed_cycles(chain.result.snapshot, settings.fleet_window))
+
+
+def fleet_lines(fleet: FleetResult, settings: WatchSettings) -> list[Line]:
+    """The fleet's summary: one row per chain, then the fleet findings and each chain's."""
+    now = fleet.observed_at
+    window = f"{settings.fleet_window / 3600:g}h"
+    header = (
+        "chain", "state", "generation", "checkpoint", "age", f"restarts/{window}", "goodput",
+        "findings",
+    )  # fmt: skip
+    rows: list[tuple[str, ...]] = []
+    for c in fleet.chains:
+        r = c.result
+        if r is None:
+            rows.append((c.label, "blind", "?", "?", "?", "?", "?", "?"))
+            continue
+        snap = r.snapshot
+        ckpt = snap.checkpoint
+        rows.append(
+            (
+                c.label,
+                chain_state(c),
+                snap.current_job or "-",
+                str(ckpt.value) if ckpt.value is not None else "-",
+                ago(age_seconds(now, ckpt.mtime)) if ckpt.mtime else "-",
+                str(_restarts(c, settings)),
+                percent(r.goodput.fraction if r.goodput else None),
+                str(len(r.findings)),
+            )
+        )
+    total = _fleet_goodput(fleet)
+    rows.append(("fleet", "", "", "", "", "", percent(total.fraction), ""))
+    widths = [max(len(printable(row[i])) for row in (header, *rows)) for i in range(len(header))]
+    style = {"critical": "bold red", "warning": "yellow", "info": "cyan", "blind": "yellow"}
+    lines: list[Line] = [
+        [(f"nvrx watch: {len(fleet.chains)} chain(s)", "bold"), (f"  exit {fleet.exit_code}", "")],
+        [("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)), "bold")],
+    ]
+    for row in rows:
+        line: Line = []
+        for i, (cell, w) in enumerate(zip(row, widths, strict=True)):
+            text = printable(cell).ljust(w) + ("  " if i < len(row) - 1 else "")
+            line.append((text, style.get(cell, "green" if cell == "ok" else "") if i == 1 else ""))
+        lines.append(line)
+    if total.fraction is not None:
+        lines.append(
+            [(printable(goodput_line(total).replace("goodput:", "fleet goodput:", 1)), "")]
+        )
+    for f in fleet.findings:
+        lines.append(
+            [("  ", ""), (f"{f.severity.value.upper():8}", SEVERITY_STYLE[f.severity]),
+             (printable(f" {f.detector}: {f.summary}"), "")]
+        )  # fmt: skip
+    for c in fleet.chains:
+        if c.error:
+            lines.append([(printable(f"{c.label}: BLIND: {c.error}"), "yellow")])
+        for f in c.result.findings if c.result else ():
+            lines.append(
+                [(printable(f"{c.label}: "), "dim"), (f"{f.severity.value.upper():8}",
+                 SEVERITY_STYLE[f.severity]), (printable(f" {f.detector}: {f.summary}"), "")]
+            )  # fmt: skip
+        for action in c.result.actions if c.result else ():
+            lines.append([(printable(f"{c.label}: {action}"), "bold")])
+    lines += [[(printable(f"note: {n}"), "dim")] for n in fleet.notes]
+    return lines
