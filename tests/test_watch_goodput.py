@@ -125,7 +125,7 @@ def test_a_watch_pass_reports_the_goodput_it_can_prove(tmp_path: Path) -> None:
     assert abs(good["seconds"]["progress_lost"] - 600) < 2
     assert abs(good["seconds"]["restart_overhead"] - 60) < 2
     assert abs(good["seconds"]["productive"] - (600 + 540)) < 5
-    assert good["sources"]["progress_lost"].startswith("cycle files and the checkpoint file")
+    assert good["sources"]["progress_lost"].startswith("cycle files, and the checkpoint file")
     assert 0.6 < good["fraction"] < 0.7
 
 
@@ -151,3 +151,23 @@ def test_goodput_reports_a_chain_and_a_fleet_and_changes_nothing(tmp_path: Path)
     assert not any(p.name == "state.json" for p in (tmp_path / "state").rglob("*"))
     refused = nvrx_watch("--goodput", "--act", "--work-dir", str(tmp_path), *state)
     assert refused.returncode == 2 and "--goodput only reads" in refused.stderr
+
+
+def test_a_failure_before_any_save_loses_its_whole_cycle_when_a_pass_saw_no_file() -> None:
+    cycles = [cycle("100", 0, 10, 110), cycle("100", 1, 130, None)]
+    spans = [GenerationSpan("100", t(0), None, JobState.RUNNING)]
+    seen = goodput(cycles, spans, [], t(330), unsaved_until=t(125))
+    assert seen.seconds["progress_lost"] == 100 and seen.seconds["unknown"] == 0
+    before = goodput(cycles, spans, [], t(330), unsaved_until=t(100))  # a pass before the end
+    assert before.seconds["unknown"] == 100
+
+
+def test_a_generation_that_cancelled_itself_after_exit_0_ended_cleanly() -> None:
+    from nvrx.slurm.states import ExitStatus
+
+    cycles = [cycle("100", 0, 10, 100)]
+    clean = GenerationSpan("100", t(0), t(105), JobState.CANCELLED, ExitStatus(0, 0))
+    killed = GenerationSpan("100", t(0), t(105), JobState.CANCELLED, ExitStatus(0, 15))
+    assert goodput(cycles, [clean], [], t(200)).seconds["productive"] == 90
+    failed = goodput(cycles, [killed], [], t(200)).seconds
+    assert failed["unknown"] == 90 and failed["restart_overhead"] == 5  # torn down after it

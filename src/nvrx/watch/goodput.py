@@ -14,9 +14,10 @@ ml-goodput-measurement's categories):
     unknown           the rest: what the sources cannot tell is never guessed
 
 A cycle "ended in a failure" when another cycle followed it (in its generation or a later one),
-or when its generation did not complete. Its progress lost is known only when a watch pass at
-or after its end saw the checkpoint file still at a save made before it: then nothing was saved
-in between. Otherwise the cycle's time is unknown, not productive.
+or when its generation's task 0 did not end cleanly (`model.ended_cleanly`). Its progress lost
+is known only when a watch pass at or after its end saw the checkpoint file still at a save
+made before it (then nothing was saved in between), or saw no checkpoint file at all (then the
+whole cycle is redone). Otherwise the cycle's time is unknown, not productive.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from nvrx.slurm.states import JobState
 from nvrx.watch.model import CycleInfo, GenerationSpan, SaveSeen
 
 CATEGORIES = (
@@ -40,16 +40,13 @@ CATEGORIES = (
 )
 SOURCES = {
     "productive": "cycle files, less progress lost",
-    "progress_lost": "cycle files and the checkpoint file as watch passes saw it",
+    "progress_lost": "cycle files, and the checkpoint file (or its absence) as watch passes saw it",
     "restart_overhead": "cycle files",
     "queue_wait": "sacct (generations' task 0 start and end)",
     "startup": "sacct start and the first cycle file",
     "checkpoint_save": "no source yet",
     "unknown": "what the sources above do not cover",
 }
-
-
-_CLEAN = (JobState.COMPLETED, None)
 
 
 @dataclass(frozen=True)
@@ -105,8 +102,10 @@ def goodput(
     spans: Sequence[GenerationSpan],
     saves: Sequence[SaveSeen],
     now: datetime,
+    unsaved_until: datetime | None = None,
 ) -> Goodput:
-    """The chain's wall time by category (see the module doc); `cycles` sorted by start."""
+    """The chain's wall time by category (see the module doc); `cycles` sorted by start;
+    `unsaved_until`, the last pass that found no checkpoint file yet."""
     spans = sorted((s for s in spans if s.start is not None), key=lambda s: s.start or now)
     starts = [s.start for s in spans if s.start] + [c.start for c in cycles]
     if not starts:
@@ -139,12 +138,12 @@ def goodput(
         of_job = by_span.get(c.job_id)
         if nxt is not None and nxt.job_id == c.job_id:
             out["restart_overhead"] += _seconds(c.end, nxt.start)
-        elif of_job is not None and of_job.end is not None and of_job.state not in _CLEAN:
+        elif of_job is not None and of_job.end is not None and not of_job.clean:
             # A failed generation's last cycle: its end to task 0's (tearing it down).
             out["restart_overhead"] += _seconds(c.end, of_job.end)
         if nxt is None:
             how = of_job.state if of_job is not None else None
-            if how is JobState.COMPLETED:
+            if of_job is not None and of_job.clean:
                 out["productive"] += ran  # training finished
                 continue
             if how is None:
@@ -153,6 +152,9 @@ def goodput(
                 continue
         # Ended in a failure: what it did after the last save before its end is redone.
         save = _last_save_before(saves, c.end)
+        if save is None and unsaved_until is not None and c.end <= unsaved_until:
+            out["progress_lost"] += ran  # nothing saved yet: the next cycle starts over
+            continue
         if save is None:
             out["unknown"] += ran
             unproven += 1

@@ -123,6 +123,14 @@ class TaskZeroEnding:
     no_restart: bool  # exit code was the no-restart code, or the generation's no_restart flag
 
 
+def ended_cleanly(state: JobState | None, exit: ExitStatus | None) -> bool:
+    """Task 0 ended without a failure: COMPLETED, or CANCELLED with exit 0:0 (an nvrx
+    generation's task 0 cancels its own array, itself included, once its launcher exited 0)."""
+    if state is JobState.COMPLETED:
+        return True
+    return state is JobState.CANCELLED and exit is not None and exit.code == 0 and exit.signal == 0
+
+
 @dataclass(frozen=True, slots=True)
 class GenerationSpan:
     """A generation's task 0 in accounting: when it started and ended (None: not yet)."""
@@ -131,6 +139,11 @@ class GenerationSpan:
     start: datetime | None
     end: datetime | None
     state: JobState | None = None
+    exit: ExitStatus | None = None
+
+    @property
+    def clean(self) -> bool:
+        return ended_cleanly(self.state, self.exit)
 
 
 @dataclass(frozen=True, slots=True)

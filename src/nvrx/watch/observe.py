@@ -55,6 +55,8 @@ def read_checkpoint(
         return _last_known(path, state, "not an integer (too large)", interval)
     except InputError as exc:
         if exc.errno == errno.ENOENT:
+            if not state.saves:
+                state.unsaved_until = now  # goodput: no save had been made by now
             return Checkpoint(path, save_interval_seconds=interval)
         reason = f"unreadable: {os.strerror(exc.errno)}" if exc.errno else "not a regular file"
         return _last_known(path, state, reason, interval)
@@ -222,7 +224,7 @@ def _spans(rows: list[AccountingRow], target: Target, known: set[str]) -> list[G
             continue
         if target.chain.chain_id is not None and row.array_job_id not in known:
             continue
-        out.append(GenerationSpan(row.array_job_id, row.start, row.end, row.state))
+        out.append(GenerationSpan(row.array_job_id, row.start, row.end, row.state, row.exit))
     return out
 
 

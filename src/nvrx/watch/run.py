@@ -143,7 +143,7 @@ class Watcher:
         ]
         result = PassResult(snap, findings, is_degraded(snap))
         spans = state.see_spans(snap.platform.spans if snap.platform is not None else ())
-        result.goodput = goodput(snap.cycles, spans, state.saves, now)
+        result.goodput = goodput(snap.cycles, spans, state.saves, now, state.unsaved_until)
         if not result.degraded:
             # A blind pass silences the queue-based detectors; their findings are not over.
             state.forget_findings_except({f.key for f in findings})

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from nvrx.files import InputError, read_bounded, write_atomic
-from nvrx.slurm.states import JobState
+from nvrx.slurm.states import ExitStatus, JobState
 from nvrx.watch.model import CounterDrop, CycleInfo, GenerationSpan, SaveSeen
 
 SCHEMA = 1
@@ -59,6 +59,8 @@ class WatchState:
     checkpoint_text: str | None = None
     checkpoint_text_since: datetime | None = None
     saves: list[SaveSeen] = field(default_factory=list)  # oldest first
+    # The last pass that found no checkpoint file yet: nothing had been saved until then.
+    unsaved_until: datetime | None = None
     spans: dict[str, GenerationSpan] = field(default_factory=dict)  # by generation
 
     def see_save(self, value: int, mtime: datetime, now: datetime) -> None:
@@ -186,6 +188,7 @@ class WatchState:
                 else None,
             },
             "cycle_high": self.cycle_high,
+            "unsaved_until": self.unsaved_until.isoformat() if self.unsaved_until else None,
             "saves": [
                 [s.iteration, s.at.isoformat(), s.seen_until.isoformat()] for s in self.saves
             ],
@@ -195,6 +198,7 @@ class WatchState:
                     s.start.isoformat() if s.start else None,
                     s.end.isoformat() if s.end else None,
                     s.state.value if s.state else None,
+                    str(s.exit) if s.exit else None,
                 ]
                 for s in self.spans.values()
             ],
@@ -253,6 +257,7 @@ def load_state(path: Path) -> WatchState:
         findings=times(data.get("findings")),
         alerts=times(data.get("alerts")),
         saves=_saves(data.get("saves")),
+        unsaved_until=_time(data.get("unsaved_until")),
         spans=_spans(data.get("spans")),
     )
 
@@ -275,13 +280,14 @@ def _saves(raw: Any) -> list[SaveSeen]:
 def _spans(raw: Any) -> dict[str, GenerationSpan]:
     out: dict[str, GenerationSpan] = {}
     for item in raw if isinstance(raw, list) else ():
-        if not (isinstance(item, list) and len(item) == 4 and isinstance(item[0], str)):
+        if not (isinstance(item, list) and len(item) == 5 and isinstance(item[0], str)):
             continue
         try:
             state = JobState(item[3]) if isinstance(item[3], str) else None
+            code = ExitStatus.parse(item[4]) if isinstance(item[4], str) else None
         except ValueError:
-            state = None
-        out[item[0]] = GenerationSpan(item[0], _time(item[1]), _time(item[2]), state)
+            state = code = None
+        out[item[0]] = GenerationSpan(item[0], _time(item[1]), _time(item[2]), state, code)
     return out
 
 

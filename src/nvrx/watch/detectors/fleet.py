@@ -3,7 +3,8 @@ snapshot of one pass and the settings.
 
 `fleet_suspect_node`: a node in a cycle that ended in a failure, in two or more chains within
 `fleet_window`. A cycle ended in a failure when the launcher started another one in the same
-generation (an in-job restart), or when it was the generation's last and task 0 did not complete.
+generation (an in-job restart), or when it was the generation's last and task 0 did not end
+cleanly (`model.ended_cleanly`).
 Blind chains (no queue) still count their restarts (those are in the cycle files), never the
 endings they could not see.
 """
@@ -13,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from nvrx.config import WatchSettings
-from nvrx.slurm.states import JobState
-from nvrx.watch.model import CycleInfo, Finding, Severity, Snapshot
+from nvrx.watch.model import CycleInfo, Finding, Severity, Snapshot, ended_cleanly
 
 FleetDetector = Callable[[Sequence[Snapshot], WatchSettings], list[Finding]]
 
@@ -32,7 +32,7 @@ def failed_cycles(snap: Snapshot, window: float) -> list[CycleInfo]:
                 continue
             restarted = i + 1 < len(cycles)
             ending = platform.ending(job) if platform is not None else None
-            lost = ending is not None and ending.state is not JobState.COMPLETED
+            lost = ending is not None and not ended_cleanly(ending.state, ending.exit)
             if restarted or lost:
                 out.append(cycle)
     return out
