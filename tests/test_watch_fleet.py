@@ -212,3 +212,21 @@ def test_the_fleet_detector_is_listed_and_can_be_disabled(tmp_path: Path) -> Non
     restarting_run(tmp_path / "team" / "b")
     _, doc = fleet(tmp_path, tmp_path / "team", extra=("--disable", "fleet_suspect_node"))
     assert doc["fleet_findings"] == []
+
+
+def test_mine_finds_one_job_per_chain_of_the_current_user_with_one_squeue() -> None:
+    from nvrx.watch.fleet import my_chains
+    from tests.test_slurm_replay import Replay, slurm_for
+
+    squeue = (
+        "205|0|205|PENDING|Dependency|alice|1||main|run-b|(null)\n"
+        "200|0|200|RUNNING|None|alice|1|n1|main|run-b|(null)\n"
+        "200|1|201|RUNNING|None|alice|1|n2|main|run-b|(null)\n"
+        "90|0|90|RUNNING|None|alice|1|n3|main|run-a|(null)\n"
+    )
+    replay = Replay({"squeue": [(0, squeue, "")]})
+    assert my_chains(slurm_for(replay)) == ["90", "200"]  # the oldest job of each name
+    assert replay.commands() == ["squeue"] and any("--user=" in a for a in replay.argvs[0])
+    down = (1, "", "squeue: error: Unable to contact slurm controller (connect failure)")
+    with pytest.raises(FleetError, match="--mine: cannot list your jobs"):
+        my_chains(slurm_for(Replay({"squeue": [down] * 100})))

@@ -242,3 +242,77 @@ def test_a_blind_watcher_exits_1_and_sends_no_heartbeat(
     assert doc["snapshot"]["platform"]["queue_ok"] is False
     assert "chain_exhausted" not in detectors(doc)  # blind, not "the chain is gone"
     assert Counter.hits == ["/beat"]  # no heartbeat from a blind pass
+
+
+def test_one_fleet_pass_reports_three_chains_and_what_the_failure_cost(
+    slurm: Slurm, work_root: Path
+) -> None:
+    # Three rehearsal chains at once; one gets a workload fault 4 s into its first cycle, before
+    # its first save (every 25 iterations of 0.2 s): that whole cycle is redone. A fleet watch
+    # passes every second meanwhile, as an operator's --interval loop would.
+    train = f"{WORKER} --step-seconds 0.2 --train-iters 120"
+    common = ["-K", "1", "--train-tasks", "2", "--hot-spares", "0", "--cold-spares", "0",
+              "--set", f"chain.train_command={train}", "--set", "chain.save_interval=25"]  # fmt: skip
+    root = work_root / "fleet"
+    for name in ("clean-a", "clean-b"):
+        submit(root / name, "--job-name", f"fleet-{name}-{os.getpid()}", *common, *NO_FAULTS)
+    submit(
+        root / "faulty", "--job-name", f"fleet-faulty-{os.getpid()}", *common,
+        "--set", "chain.no_restart_demo=false", "--set", "chain.inject_gpu_failure=",
+        "--set", "chain.fault_ranks=1", "--set", "chain.fault_delay=4",
+    )  # fmt: skip
+    state = work_root / "fleet-state"
+    loop = subprocess.Popen(
+        [sys.executable, "-m", "nvrx.cli", "watch", "--fleet", str(root), "--interval", "1",
+         "--json", "--state-dir", str(state)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        names = [f"fleet-{n}-{os.getpid()}" for n in ("clean-a", "clean-b", "faulty")]
+        wait_for(
+            lambda: not [r for r in slurm.queue(name=names) if r.state.is_live],
+            timeout=240,
+            what="the three chains to finish",
+        )
+        wait_for(
+            lambda: (
+                len(slurm.accounting(name=names, user=Slurm.current_user())) >= 6
+                and all(r.end for r in slurm.accounting(name=names, user=Slurm.current_user()))
+            ),
+            what="accounting",
+        )
+    finally:
+        loop.send_signal(signal.SIGINT)
+        loop.wait(timeout=60)
+    _, doc = watch("--fleet", str(root), state_dir=state)
+    assert doc["fleet"] is True and doc["slurm_commands"] <= 3
+    chains = {Path(c["work_dir"]).name: c for c in doc["chains"]}
+    assert set(chains) == {"clean-a", "clean-b", "faulty"}
+    assert all(not c["degraded"] for c in chains.values())
+    assert [chains[n]["restarts_in_window"] for n in ("clean-a", "clean-b", "faulty")] == [0, 0, 1]
+
+    # The faulty chain's cost, from its own cycle files: cycle 0 is lost whole (nothing was
+    # saved before it failed), and the gap to cycle 1 is restart overhead.
+    (generation,) = {p.parent.name for p in (root / "faulty" / "nvrx").glob("*/cycle_infos")}
+    c0 = cycle_window(root / "faulty", generation, 0)
+    c1 = cycle_window(root / "faulty", generation, 1)
+    seconds = chains["faulty"]["goodput"]["seconds"]
+    assert seconds["progress_lost"] == pytest.approx(c0[1] - c0[0], abs=0.5)
+    assert seconds["restart_overhead"] == pytest.approx(c1[0] - c0[1], abs=1.5)
+    assert seconds["unknown"] <= 1.5
+    fraction = {n: c["goodput"]["fraction"] for n, c in chains.items()}
+    assert fraction["faulty"] < min(fraction["clean-a"], fraction["clean-b"]) - 0.05
+
+
+def cycle_window(work: Path, generation: str, cycle: int) -> tuple[float, float]:
+    from datetime import datetime
+
+    data = json.loads(
+        (
+            work / "nvrx" / generation / "cycle_infos" / f"cycle_info.{generation}.0.{cycle}"
+        ).read_text()
+    )
+    return tuple(  # type: ignore[return-value]
+        datetime.fromisoformat(data[k].replace("Z", "+00:00")).timestamp()
+        for k in ("cycle_start_time", "cycle_end_time")
+    )

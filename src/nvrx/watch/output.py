@@ -13,6 +13,7 @@ from nvrx.watch.model import Severity
 from nvrx.watch.run import EXIT_CRITICAL, EXIT_DEGRADED, PassResult
 
 JSON_SCHEMA = 1
+FUTURE_SLACK = 5.0  # seconds: a time this far after the pass started is "now", not the future
 # A screen line is a list of (text, style) segments: styled with rich on a terminal, written
 # as plain text otherwise (cron, pipes), so a pass that is not watched never imports rich.
 Segment = tuple[str, str]
@@ -31,8 +32,9 @@ def age_seconds(now: datetime, then: datetime | None) -> float | None:
 def ago(seconds: float | None) -> str:
     if seconds is None:
         return "?"
-    if seconds < 0:
+    if seconds < -FUTURE_SLACK:
         return "in the future"
+    seconds = max(seconds, 0.0)  # a file written while the pass ran, not a clock ahead
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{seconds / size:.1f}{unit} ago"
