@@ -7,11 +7,12 @@ import json
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nvrx.config import load_for_command
 from nvrx.display import printable
@@ -20,6 +21,7 @@ from nvrx.terminal import CommandError
 if TYPE_CHECKING:
     from nvrx.config import WatchSettings
     from nvrx.slurm import Slurm
+    from nvrx.watch.output import Line
     from nvrx.watch.run import PassResult
 
 
@@ -116,6 +118,40 @@ def _write_timeline(path: Path, result: PassResult) -> None:
         raise CommandError(f"cannot write the timeline {path}: {exc.strerror}", 1) from None
 
 
+class PassOutput:
+    """Where each pass goes: one JSON line (--json), the screen redrawn in place (a loop on a
+    terminal), or its lines printed (cron, pipes, a single pass)."""
+
+    def __init__(self, settings: WatchSettings, as_json: bool) -> None:
+        self.as_json = as_json
+        self.interval = settings.interval
+        self.live: Any = None
+        if self.interval is not None and sys.stdout.isatty() and not as_json:
+            from rich.live import Live
+
+            from nvrx.terminal import stdout
+
+            self.live = Live(console=stdout(), auto_refresh=False)
+            self.live.start()
+
+    def show(self, doc: Mapping[str, Any], lines: Callable[[], list[Line]]) -> None:
+        from nvrx.watch.output import lines_renderable, print_lines
+
+        if self.as_json:
+            sys.stdout.write(json.dumps(doc) + "\n")
+            sys.stdout.flush()
+        elif self.live is not None:
+            upcoming = datetime.now() + timedelta(seconds=self.interval or 0)
+            footer = f"next pass at {upcoming:%H:%M:%S} (every {self.interval} s)"
+            self.live.update(lines_renderable(lines(), footer), refresh=True)
+        else:
+            print_lines(lines(), sys.stdout, color=sys.stdout.isatty())
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+
+
 def _print_goodput(result: PassResult, as_json: bool) -> int:
     """`--goodput`: the chain's breakdown (exit 1 when the pass was blind, else 0)."""
     from nvrx.watch.output import JSON_SCHEMA, goodput_lines, print_lines
@@ -142,7 +178,7 @@ def fleet_watch(
     """`--fleet PATH...` / `--mine`: every chain in one pass (or one every interval)."""
     from nvrx.watch.fleet import FleetError, build_fleet, discover, my_chains
     from nvrx.watch.fleetview import fleet_json, fleet_lines
-    from nvrx.watch.output import lines_renderable, print_lines
+    from nvrx.watch.output import print_lines
 
     try:
         dirs = discover([Path(p) for p in request.targets], settings.fleet_depth)
@@ -164,14 +200,7 @@ def fleet_watch(
         dry_run=request.dry_run,
         no_restart_exit_code=no_restart_code,
     )
-    live = None
-    if settings.interval is not None and sys.stdout.isatty() and not request.as_json:
-        from rich.live import Live
-
-        from nvrx.terminal import stdout
-
-        live = Live(console=stdout(), auto_refresh=False)
-        live.start()
+    out = PassOutput(settings, request.as_json)
     code = 0
     try:
         while True:
@@ -186,23 +215,14 @@ def fleet_watch(
                 else:
                     print_lines(lines, sys.stdout, color=sys.stdout.isatty())
                 return 1 if any(c.exit_code == 1 for c in result.chains) else 0
-            if request.as_json:
-                sys.stdout.write(json.dumps(fleet_json(result, settings)) + "\n")
-                sys.stdout.flush()
-            elif live is not None:
-                upcoming = datetime.now() + timedelta(seconds=settings.interval or 0)
-                footer = f"next pass at {upcoming:%H:%M:%S} (every {settings.interval} s)"
-                live.update(lines_renderable(fleet_lines(result, settings), footer), refresh=True)
-            else:
-                print_lines(fleet_lines(result, settings), sys.stdout, color=sys.stdout.isatty())
+            out.show(fleet_json(result, settings), partial(fleet_lines, result, settings))
             if settings.interval is None:
                 break
             time.sleep(settings.interval)
     except KeyboardInterrupt:
         pass
     finally:
-        if live is not None:
-            live.stop()
+        out.close()
     return code
 
 
@@ -224,7 +244,7 @@ def watch(
     from nvrx.slurm import Slurm
     from nvrx.watch.detectors import DETECTORS
     from nvrx.watch.detectors.fleet import FLEET_DETECTORS
-    from nvrx.watch.output import pass_json, pass_renderable, print_pass
+    from nvrx.watch.output import pass_json, pass_lines
     from nvrx.watch.resolve import Overrides, WatchBlind, WatchError, resolve
     from nvrx.watch.run import Watcher
 
@@ -251,14 +271,7 @@ def watch(
     code = 0
     watcher: Watcher | None = None
     # A loop on a terminal redraws its screen in place; cron, pipes and --json get every pass.
-    live = None
-    if settings.interval is not None and sys.stdout.isatty() and not request.as_json:
-        from rich.live import Live
-
-        from nvrx.terminal import stdout
-
-        live = Live(console=stdout(), auto_refresh=False)
-        live.start()
+    out = PassOutput(settings, request.as_json)
     try:
         while True:
             if watcher is None:
@@ -291,21 +304,12 @@ def watch(
                         return _print_goodput(result, request.as_json)
                     if request.html is not None:
                         _write_timeline(request.html, result)
-                    if request.as_json:
-                        sys.stdout.write(json.dumps(pass_json(result)) + "\n")
-                        sys.stdout.flush()
-                    elif live is not None:
-                        upcoming = datetime.now() + timedelta(seconds=settings.interval or 0)
-                        footer = f"next pass at {upcoming:%H:%M:%S} (every {settings.interval} s)"
-                        live.update(pass_renderable(result, footer), refresh=True)
-                    else:
-                        print_pass(result, sys.stdout, color=sys.stdout.isatty())
+                    out.show(pass_json(result), partial(pass_lines, result))
             if settings.interval is None:
                 break
             time.sleep(settings.interval)
     except KeyboardInterrupt:
         pass
     finally:
-        if live is not None:
-            live.stop()
+        out.close()
     return code

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
 from nvrx.config import WatchSettings
 from nvrx.display import printable
@@ -35,6 +36,7 @@ from nvrx.watch.model import (
 from nvrx.watch.resolve import Target
 from nvrx.watch.state import WatchState
 
+RowT = TypeVar("RowT", QueueRow, AccountingRow)
 _CHECKPOINT_CAP = 4096
 # Cycle starts further ahead of this host's clock than this are a skewed writer, not news.
 FUTURE_TOLERANCE = 300.0
@@ -163,9 +165,7 @@ def observe_platforms(
         rows = slurm.queue(name=names, user=users)
     except (SlurmError, SlurmValueError) as exc:
         return [Platform(queue_ok=False, queue_error=str(exc)) for _ in targets]
-    by_name: dict[str, list[QueueRow]] = {}
-    for row in rows:
-        by_name.setdefault(row.name, []).append(row)
+    by_name = _by_name(rows)
     generations = [
         _generations(by_name.get(name, []), t) for name, t in zip(names, targets, strict=True)
     ]
@@ -177,9 +177,7 @@ def observe_platforms(
         acct = slurm.accounting(
             name=names, user=users, since=now - timedelta(seconds=settings.churn_window)
         )
-        acct_by_name: dict[str, list[AccountingRow]] = {}
-        for arow in acct:
-            acct_by_name.setdefault(arow.name, []).append(arow)
+        acct_by_name = _by_name(acct)
         mine = [
             _of_user(acct_by_name.get(name, []), t) for name, t in zip(names, targets, strict=True)
         ]
@@ -225,6 +223,13 @@ def _spans(rows: list[AccountingRow], target: Target, known: set[str]) -> list[G
         if target.chain.chain_id is not None and row.array_job_id not in known:
             continue
         out.append(GenerationSpan(row.array_job_id, row.start, row.end, row.state, row.exit))
+    return out
+
+
+def _by_name(rows: Sequence[RowT]) -> dict[str, list[RowT]]:
+    out: dict[str, list[RowT]] = {}
+    for row in rows:
+        out.setdefault(row.name, []).append(row)
     return out
 
 
