@@ -151,6 +151,22 @@ class PassOutput:
         if self.live is not None:
             self.live.stop()
 
+    def every_interval(self, one_pass: Callable[[], tuple[int, bool]]) -> int:
+        """`one_pass` once, or every `watch.interval` until Ctrl-C or until it says it is done;
+        the last pass's exit code."""
+        code = 0
+        try:
+            while True:
+                code, done = one_pass()
+                if done or self.interval is None:
+                    break
+                time.sleep(self.interval)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.close()
+        return code
+
 
 def _print_goodput(result: PassResult, as_json: bool) -> int:
     """`--goodput`: the chain's breakdown (exit 1 when the pass was blind, else 0)."""
@@ -201,29 +217,22 @@ def fleet_watch(
         no_restart_exit_code=no_restart_code,
     )
     out = PassOutput(settings, request.as_json)
-    code = 0
-    try:
-        while True:
-            result = fleet.run_pass()
-            code = result.exit_code
-            if request.goodput:
-                from nvrx.watch.fleetview import fleet_goodput_report
 
-                lines, doc = fleet_goodput_report(result)
-                if request.as_json:
-                    sys.stdout.write(json.dumps(doc) + "\n")
-                else:
-                    print_lines(lines, sys.stdout, color=sys.stdout.isatty())
-                return 1 if any(c.exit_code == 1 for c in result.chains) else 0
-            out.show(fleet_json(result, settings), partial(fleet_lines, result, settings))
-            if settings.interval is None:
-                break
-            time.sleep(settings.interval)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        out.close()
-    return code
+    def one_pass() -> tuple[int, bool]:
+        result = fleet.run_pass()
+        if request.goodput:
+            from nvrx.watch.fleetview import fleet_goodput_report
+
+            lines, doc = fleet_goodput_report(result)
+            if request.as_json:
+                sys.stdout.write(json.dumps(doc) + "\n")
+            else:
+                print_lines(lines, sys.stdout, color=sys.stdout.isatty())
+            return (1 if any(c.exit_code == 1 for c in result.chains) else 0), True
+        out.show(fleet_json(result, settings), partial(fleet_lines, result, settings))
+        return result.exit_code, False
+
+    return out.every_interval(one_pass)
 
 
 def watch(
@@ -268,48 +277,39 @@ def watch(
         # For a chain without a manifest (whose own code wins): the site's launcher setting.
         no_restart_exit_code=loaded.config.chain.no_restart_exit_code,
     )
-    code = 0
     watcher: Watcher | None = None
     # A loop on a terminal redraws its screen in place; cron, pipes and --json get every pass.
     out = PassOutput(settings, request.as_json)
-    try:
-        while True:
-            if watcher is None:
-                try:
-                    target = resolve(over, slurm, settings, dry_run=request.dry_run)
-                except WatchBlind as exc:
-                    # Slurm does not answer: blind (exit 1), not misconfigured; a loop retries.
-                    code = _blind(str(exc), request.as_json)
-                except WatchError as exc:
-                    raise CommandError(str(exc)) from None
-                else:
-                    watcher = Watcher(
-                        target,
-                        settings,
-                        slurm,
-                        host=socket.gethostname(),
-                        act=request.act,
-                        dry_run=request.dry_run,
-                    )
-            if watcher is not None:
-                try:
-                    result = watcher.run_pass()
-                except OSError as exc:
-                    # A pass that breaks (state dir unusable, ...) is a blind pass, and a cron
-                    # or --interval loop must keep going.
-                    code = _blind(f"pass failed: {exc}", request.as_json)
-                else:
-                    code = result.exit_code
-                    if request.goodput:
-                        return _print_goodput(result, request.as_json)
-                    if request.html is not None:
-                        _write_timeline(request.html, result)
-                    out.show(pass_json(result), partial(pass_lines, result))
-            if settings.interval is None:
-                break
-            time.sleep(settings.interval)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        out.close()
-    return code
+
+    def one_pass() -> tuple[int, bool]:
+        nonlocal watcher
+        if watcher is None:
+            try:
+                target = resolve(over, slurm, settings, dry_run=request.dry_run)
+            except WatchBlind as exc:
+                # Slurm does not answer: blind (exit 1), not misconfigured; a loop retries.
+                return _blind(str(exc), request.as_json), False
+            except WatchError as exc:
+                raise CommandError(str(exc)) from None
+            watcher = Watcher(
+                target,
+                settings,
+                slurm,
+                host=socket.gethostname(),
+                act=request.act,
+                dry_run=request.dry_run,
+            )
+        try:
+            result = watcher.run_pass()
+        except OSError as exc:
+            # A pass that breaks (state dir unusable, ...) is a blind pass, and a cron or
+            # --interval loop must keep going.
+            return _blind(f"pass failed: {exc}", request.as_json), False
+        if request.goodput:
+            return _print_goodput(result, request.as_json), True
+        if request.html is not None:
+            _write_timeline(request.html, result)
+        out.show(pass_json(result), partial(pass_lines, result))
+        return result.exit_code, False
+
+    return out.every_interval(one_pass)
