@@ -49,6 +49,15 @@ def session_of(base: Path) -> Path:
     return session
 
 
+def submitted_so_far(base: Path) -> int:
+    """Submissions the session under `base` journalled so far: 0 while the driver is still
+    creating it (the session's directory exists a moment before its journal does)."""
+    sessions = sorted((base / "fault_injection").glob("*/journal.jsonl"))
+    if not sessions:
+        return 0
+    return sum(e["event"] == "submitted" for e in journal(sessions[0].parent))
+
+
 def journal(session: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (session / "journal.jsonl").read_text().splitlines()]
 
@@ -249,10 +258,7 @@ def test_a_controller_outage_never_ends_an_experiment_early(
     )
     try:
         wait_for(
-            lambda: (
-                (base / "fault_injection").exists()
-                and sum(e["event"] == "submitted" for e in journal(session_of(base))) == 2
-            ),
+            lambda: submitted_so_far(base) == 2,
             timeout=180,
             what="both experiments submitted",
         )
