@@ -93,6 +93,8 @@ def _seconds(a: datetime, b: datetime) -> float:
 
 def _last_save_before(saves: Sequence[SaveSeen], end: datetime) -> SaveSeen | None:
     """The save the file held at `end`, when a pass at or after `end` proves it."""
+    if not saves:
+        return None
     proven = [s for s in saves if s.at <= end <= s.seen_until]
     return max(proven, key=lambda s: s.at, default=None)
 

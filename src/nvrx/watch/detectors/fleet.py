@@ -27,13 +27,13 @@ def failed_cycles(snap: Snapshot, window: float) -> list[CycleInfo]:
         by_job.setdefault(cycle.job_id, []).append(cycle)
     platform = snap.platform
     for job, cycles in by_job.items():
+        ending = platform.ending(job) if platform is not None else None
+        lost = ending is not None and not ended_cleanly(ending.state, ending.exit)
+        last = len(cycles) - 1
         for i, cycle in enumerate(cycles):
             if cycle.end is None or (snap.observed_at - cycle.end).total_seconds() > window:
                 continue
-            restarted = i + 1 < len(cycles)
-            ending = platform.ending(job) if platform is not None else None
-            lost = ending is not None and not ended_cleanly(ending.state, ending.exit)
-            if restarted or lost:
+            if i < last or lost:  # restarted, or its generation did not end cleanly
                 out.append(cycle)
     return out
 
