@@ -139,15 +139,21 @@ def _task_zero_endings(
     rows: list[AccountingRow], target: Target, known: set[str]
 ) -> list[TaskZeroEnding]:
     """Task-0 rows that ended: `<arr>_0` (or a plain job), never a pending `<arr>_[..]` range."""
-    out = []
-    for row in rows:
-        if row.is_pending_range or row.task_id not in (0, None):
-            continue
-        if target.chain.chain_id is not None and row.array_job_id not in known:
-            continue
-        if row.state.is_terminal:
-            out.append(_ending(row, target))
-    return out
+    return [_ending(r, target) for r in _task_zero_rows(rows, target, known) if r.state.is_terminal]
+
+
+def _task_zero_rows(
+    rows: list[AccountingRow], target: Target, known: set[str]
+) -> list[AccountingRow]:
+    """The chain's task-0 rows (`<arr>_0` or a plain job; never a pending `<arr>_[..]` range);
+    with a chain id, only those of generations it knows."""
+    return [
+        r
+        for r in rows
+        if not r.is_pending_range
+        and r.task_id in (0, None)
+        and (target.chain.chain_id is None or r.array_job_id in known)
+    ]
 
 
 def observe_platforms(
@@ -216,14 +222,10 @@ def observe_platforms(
 
 def _spans(rows: list[AccountingRow], target: Target, known: set[str]) -> list[GenerationSpan]:
     """When each generation's task 0 started and ended, whatever its state (goodput)."""
-    out = []
-    for row in rows:
-        if row.is_pending_range or row.task_id not in (0, None):
-            continue
-        if target.chain.chain_id is not None and row.array_job_id not in known:
-            continue
-        out.append(GenerationSpan(row.array_job_id, row.start, row.end, row.state, row.exit))
-    return out
+    return [
+        GenerationSpan(r.array_job_id, r.start, r.end, r.state, r.exit)
+        for r in _task_zero_rows(rows, target, known)
+    ]
 
 
 def _by_name(rows: Sequence[RowT]) -> dict[str, list[RowT]]:
