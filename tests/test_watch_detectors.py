@@ -443,18 +443,20 @@ def test_suspect_node_names_the_node_common_to_the_trailing_short_cycles() -> No
         cycle(2, 1000, 60, nodes=("n2", "n4")),
     ]
     found = detectors.suspect_node(snap(cycles), DEFAULT)
-    assert keys(found) == ["nvrx-suspect-node-100-n2"]
+    assert keys(found) == ["nvrx-suspect-node-100"]
+    assert found[0].evidence["nodes"] == "n2"
+    assert found[0].summary.startswith("node n2 was in each of the last 3 short cycles")
     assert found[0].severity is Severity.WARNING
     assert found[0].command == ()  # correlation only, never an action
 
 
-def test_suspect_node_reports_every_common_node_once() -> None:
+def test_suspect_node_names_every_common_node_in_one_finding_per_generation() -> None:
     cycles = [cycle(i, s, 60, nodes=("n2", "n1", "n3")) for i, s in enumerate([3000, 2000, 1000])]
-    assert keys(detectors.suspect_node(snap(cycles), DEFAULT)) == [
-        "nvrx-suspect-node-100-n1",
-        "nvrx-suspect-node-100-n2",
-        "nvrx-suspect-node-100-n3",
-    ]
+    found = detectors.suspect_node(snap(cycles), DEFAULT)
+    assert keys(found) == ["nvrx-suspect-node-100"]  # one page, not one per node
+    assert found[0].evidence["nodes"] == "n[1-3]"
+    assert found[0].evidence["common_nodes"] == 3
+    assert "3 nodes (n[1-3]) were in each" in found[0].summary
 
 
 def test_suspect_node_is_silent_when_the_short_cycles_share_no_node() -> None:
@@ -485,7 +487,8 @@ def test_suspect_node_intersects_only_the_last_suspect_cycles_of_the_run() -> No
         cycle(3, 1000, 60, nodes=("n7",)),
     ]
     found = detectors.suspect_node(snap(cycles), DEFAULT)
-    assert keys(found) == ["nvrx-suspect-node-100-n7"]
+    assert keys(found) == ["nvrx-suspect-node-100"]
+    assert found[0].evidence["nodes"] == "n7"
     assert found[0].evidence["short_run"] == 4
 
 
@@ -806,11 +809,9 @@ def test_run_detectors_sorts_by_severity_then_detector_then_key() -> None:
         ("warning", "restart_budget_low"),
         ("warning", "restart_storm"),
         ("warning", "suspect_node"),
-        ("warning", "suspect_node"),
         ("info", "spares_exhausted"),
     ]
     assert found == sorted(found, key=Finding.sort_key)
-    assert keys(found)[-3:-1] == ["nvrx-suspect-node-100-n1", "nvrx-suspect-node-100-n2"]
 
 
 def test_run_detectors_skips_disabled_detectors() -> None:
@@ -889,8 +890,7 @@ def test_detectors_read_cycles_parsed_from_nvrx_files() -> None:
     found = run_detectors(snap(cycles, at=at), DEFAULT)
     assert keys(found) == [
         "nvrx-no-checkpoint-100",  # 3 completed cycles, no checkpoint value
-        "nvrx-suspect-node-100-node002",  # in all three short completed cycles
-        "nvrx-suspect-node-100-node003",
+        "nvrx-suspect-node-100",  # node[002-003]: in all three short completed cycles
         "nvrx-spares-exhausted-100",  # empty standby_nodes, --platform none
     ]
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from nvrx.config import WatchSettings
+from nvrx.slurm.hostlist import compress
 from nvrx.watch.detectors.common import (
     _EPS,
     _age,
@@ -381,7 +382,9 @@ def suspect_node(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     Takes the completed cycles of the current generation in order and the trailing run of those
     shorter than `short_cycle_seconds` (strict: a cycle of exactly that length is not short). When
     the run has at least `suspect_cycles` cycles, the nodes common to the last `suspect_cycles`
-    of them (intersection of `active_nodes`) each get one finding.
+    of them (intersection of `active_nodes`) are named in one finding for the generation (upstream
+    raised one per node: a 64-node job whose nodes never changed paged 64 times for one run of
+    short cycles).
     """
     job = snap.current_job
     if job is None:
@@ -406,37 +409,39 @@ def suspect_node(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     common = set(window[0].active_nodes)
     for cycle in window[1:]:
         common &= set(cycle.active_nodes)
+    if not common:
+        return []
+    nodes = sorted(common)
+    named = compress(nodes)
     keys = [c.key for c in window]
     durations = [_duration(c) for c in window]
-    findings = []
-    for node in sorted(common):
-        findings.append(
-            Finding(
-                detector="suspect_node",
-                severity=Severity.WARNING,
-                key=f"nvrx-suspect-node-{job}-{node}",
-                summary=(
-                    f"node {node} was in each of the last {len(window)} short cycles of job {job} "
-                    f"(correlation only)"
-                ),
-                detail=(
-                    f"cycles {', '.join(keys)} each ran < {_human(cfg.short_cycle_seconds)} "
-                    f"({', '.join(_human(d) for d in durations)}); {len(common)} node(s) common "
-                    f"to all of them; {len(run)} short cycles in a row"
-                ),
-                runbook=(
-                    "Correlation, not proof: check the node's health (dmesg, XID, GPU/NIC errors) "
-                    "and the attribution of those cycles before draining it."
-                ),
-                evidence={
-                    "job": job,
-                    "node": node,
-                    "cycles": keys,
-                    "durations": durations,
-                    "short_cycle_seconds": cfg.short_cycle_seconds,
-                    "common_nodes": len(common),
-                    "short_run": len(run),
-                },
-            )
+    what = f"node {named} was" if len(nodes) == 1 else f"{len(nodes)} nodes ({named}) were"
+    return [
+        Finding(
+            detector="suspect_node",
+            severity=Severity.WARNING,
+            key=f"nvrx-suspect-node-{job}",
+            summary=(
+                f"{what} in each of the last {len(window)} short cycles of job {job} "
+                f"(correlation only)"
+            ),
+            detail=(
+                f"cycles {', '.join(keys)} each ran < {_human(cfg.short_cycle_seconds)} "
+                f"({', '.join(_human(d) for d in durations)}); {len(run)} short cycles in a row"
+            ),
+            runbook=(
+                "Correlation, not proof: check the nodes' health (dmesg, XID, GPU/NIC errors) "
+                "and the attribution of those cycles before draining any. When every node of "
+                "the job is named, the job never ran without them: the correlation says little."
+            ),
+            evidence={
+                "job": job,
+                "nodes": named,
+                "common_nodes": len(nodes),
+                "cycles": keys,
+                "durations": durations,
+                "short_cycle_seconds": cfg.short_cycle_seconds,
+                "short_run": len(run),
+            },
         )
-    return findings
+    ]
