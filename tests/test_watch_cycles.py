@@ -8,7 +8,8 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -26,7 +27,7 @@ from nvrx.watch.cycles import (
     REASON_TMP,
     read_cycles,
 )
-from nvrx.watch.model import CycleInfo, SkippedFile
+from nvrx.watch.model import CycleInfo, SkippedFile, to_us
 
 REPO = Path(__file__).resolve().parent.parent
 OLD_NS = 1_700_000_000 * 1_000_000_000  # Nov 2023: far outside the cache's racy window
@@ -83,7 +84,7 @@ def reasons(skipped: list[SkippedFile]) -> dict[str, str]:
     return {Path(s.path).name: s.reason for s in skipped}
 
 
-def keys(found: list[CycleInfo]) -> list[str]:
+def keys(found: Sequence[CycleInfo]) -> list[str]:
     return [c.key for c in found]
 
 
@@ -738,8 +739,8 @@ def test_a_deleted_file_drops_out_of_results_and_cache(tmp_path: Path) -> None:
     assert keys(found) == ["4242.0.1", "4242.0.2"]
     assert str(paths[0]) not in cache and str(paths[1]) in cache
     assert stats.cache_written
-    on_disk = json.loads(cache_path.read_text())["entries"]
-    assert sorted(on_disk) == [str(paths[1]), str(paths[2])]
+    (record,) = json.loads(cache_path.read_text())["dirs"].values()
+    assert record["cycle"] == [1, 2]
 
 
 def test_a_removed_generation_directory_drops_its_entries(tmp_path: Path) -> None:
@@ -779,30 +780,42 @@ def test_a_corrupt_or_old_cache_starts_empty(tmp_path: Path, content: bytes) -> 
     assert len(CycleCache(cache_path)) == 2  # and the next pass has a good cache again
 
 
+def _respell_rows(record: dict[str, Any], change: Callable[[list[Any]], Any]) -> None:
+    """Change a record's rows and keep its crc right: junk the crc cannot catch."""
+    rows = json.loads(record["rows"])
+    change(rows)
+    record["rows"] = json.dumps(rows)
+    record["crc"] = zlib.crc32(record["rows"].encode())
+
+
 @pytest.mark.parametrize(
     "spoil",
     [
-        lambda e: e.__setitem__(6, "not a time"),  # start
-        lambda e: e.__setitem__(6, "2025-02-05T10:00:00"),  # a naive time
-        lambda e: e.__setitem__(4, "0"),  # attempt_index as a string
-        lambda e: e.__setitem__(9, "node[1-"),  # a junk hostlist
-        lambda e: e.pop(),  # wrong length
-        lambda e: e.clear(),
+        lambda r: r["start"].__setitem__(0, "2025-02-05T10:00:00Z"),  # a time as text
+        lambda r: r["attempt"].__setitem__(0, "0"),  # attempt_index as a string
+        lambda r: r["end"].pop(),  # columns of different lengths
+        lambda r: r.__setitem__("rows", r["rows"].replace("node", "nude")),  # damage: crc
+        lambda r: _respell_rows(r, lambda rows: rows[0].__setitem__(4, "node[1-")),  # hostlist
+        lambda r: _respell_rows(r, lambda rows: rows[0].pop()),  # a short row
+        lambda r: r.clear(),
     ],
 )
-def test_a_corrupt_cache_entry_is_a_miss(tmp_path: Path, spoil: Callable[[list[Any]], Any]) -> None:
-    (path,) = make_files(tmp_path / "d", 1)
+def test_a_corrupt_cache_record_is_a_miss(
+    tmp_path: Path, spoil: Callable[[dict[str, Any]], Any]
+) -> None:
+    make_files(tmp_path / "d", 1)
     cache_path = tmp_path / "cache.json"
     read_cycles([str(tmp_path / "d")], CycleCache(cache_path))
     data = json.loads(cache_path.read_text())
-    spoil(data["entries"][str(path)])
+    (record,) = data["dirs"].values()
+    spoil(record)
     cache_path.write_text(json.dumps(data))
     found, _, stats = read_cycles([str(tmp_path / "d")], CycleCache(cache_path))
     assert (stats.parsed, stats.cached) == (1, 0)
     assert found[0].start == datetime(2025, 2, 5, 10, tzinfo=UTC)
     assert found[0].attempt_index == 0 and found[0].active_nodes[0] == "node001"
-    written = json.loads(path.read_text())["cycle_start_time"]
-    assert json.loads(cache_path.read_text())["entries"][str(path)][6] == written  # repaired
+    (repaired,) = json.loads(cache_path.read_text())["dirs"].values()
+    assert repaired["start"] == [to_us(datetime(2025, 2, 5, 10, tzinfo=UTC))]
 
 
 def test_a_missing_cache_file_is_not_an_error(tmp_path: Path) -> None:
@@ -846,28 +859,35 @@ def test_cache_file_format(tmp_path: Path) -> None:
     read_cycles([str(tmp_path / "d")], CycleCache(cache_path))
     data = json.loads(cache_path.read_text())
     st = path.stat()
+    start = to_us(datetime(2025, 2, 5, 10, tzinfo=UTC))
+    row = [
+        st.st_mtime_ns,
+        st.st_size,
+        st.st_ino,
+        "/w/logs/app_cycle0.log",
+        "node[001-004,007]",  # active_nodes, compressed as written
+        "node[008-009]",
+        "0-4",  # active_ranks
+        0,  # write_count (the file's generation field)
+    ]
+    rows = json.dumps([row], separators=(",", ":"))
     assert data == {
-        "schema": "nvrx.watch.cycles-cache/2",
-        "dirs": {},  # the directory changed just now: not trusted as unchanged yet
-        "entries": {
-            str(path): [
-                st.st_mtime_ns,
-                st.st_size,
-                st.st_ino,
-                "4242",  # job_id
-                0,  # attempt_index
-                0,  # cycle_number
-                "2025-02-05T10:00:00.000000Z",  # start, as the file writes it
-                None,  # end: open
-                "/w/logs/app_cycle0.log",
-                "node[001-004,007]",  # active_nodes, compressed as written
-                "node[008-009]",
-                "0-4",  # active_ranks
-                0,  # write_count (the file's generation field)
-            ]
+        "schema": "nvrx.watch.cycles-cache/3",
+        "dirs": {
+            str(tmp_path / "d" / "cycle_info.*"): {
+                "listed": None,  # the directory changed just now: not trusted as unchanged yet
+                "job": ["4242"],
+                "attempt": [0],
+                "cycle": [0],
+                "start": [start],  # microseconds since the epoch
+                "end": [None],  # open
+                "open": [[0, st.st_mtime_ns, st.st_size, st.st_ino]],
+                "rows": rows,
+                "crc": zlib.crc32(rows.encode()),
+            }
         },
     }
-    assert len(cyclecache.CACHE_FIELDS) == len(data["entries"][str(path)]) - 3
+    assert len(cyclecache.CACHE_FIELDS) == len(cyclecache.COLUMNS) + len(row) - 3
 
 
 def test_a_cache_that_cannot_be_saved_does_not_fail_the_pass(tmp_path: Path) -> None:
@@ -1042,19 +1062,122 @@ def test_an_unchanged_directory_is_listed_again_after_the_listing_ttl(
 @pytest.mark.parametrize(
     "spoil",
     [
-        lambda listing, entries: listing[3].append(["not", "a", "path"]),  # unhashable
-        lambda listing, entries: next(iter(entries.values())).__setitem__(0, "not a stamp"),
+        lambda r: r["listed"].__setitem__(2, "not a stamp"),
+        lambda r: r.__setitem__("listed", [1, 2]),
+        lambda r: r.__setitem__("open", [["x", 1, 2, 3]]),  # the closed cycles are not open
+        lambda r: r.__setitem__("open", "none"),
     ],
 )
 def test_a_corrupt_directory_listing_in_the_cache_is_a_miss(
-    tmp_path: Path, spoil: Callable[[list[Any], dict[str, Any]], Any]
+    tmp_path: Path, spoil: Callable[[dict[str, Any]], Any]
 ) -> None:
     aged_files(tmp_path / "d", 2, closed=True)
     cache_path = tmp_path / "cache.json"
     first, _, _ = read_cycles([str(tmp_path / "d")], CycleCache(cache_path))
     data = json.loads(cache_path.read_text())
-    spoil(data["dirs"][str(tmp_path / "d")], data["entries"])
+    spoil(data["dirs"][str(tmp_path / "d" / "cycle_info.*")])
     cache_path.write_text(json.dumps(data))
     again, _, stats = read_cycles([str(tmp_path / "d")], CycleCache(cache_path))
     assert [c.key for c in again] == [c.key for c in first]
     assert stats.seen == 2
+
+
+# --- unchanged generations are columns until asked for -----------------------------------------
+
+
+def generations(root: Path, jobs: Sequence[str], per_job: int = 3) -> str:
+    """Generation directories as NVRx lays them out (`<root>/<job>/cycle_infos`), every cycle
+    closed, all old enough for the listing cache; returns the pattern a chain watches."""
+    for g, job in enumerate(jobs):
+        directory = root / job / "cycle_infos"
+        for i in range(per_job):
+            minute = 10 * g + 2 * i
+            _age(write(directory, job=job, cycle=i, start=f"2025-02-05T10:{minute:02d}:00Z",
+                       end=f"2025-02-05T10:{minute + 1:02d}:00Z", generation="1"))  # fmt: skip
+        _age(directory)
+    return str(root / "*" / "cycle_infos" / "cycle_info.*")
+
+
+def test_a_warm_pass_builds_no_record_of_an_unchanged_generation_until_one_is_asked_for(
+    tmp_path: Path,
+) -> None:
+    pattern = generations(tmp_path / "w", ["101", "102", "103"])
+    cache_path = tmp_path / "cache.json"
+    cold, _, _ = read_cycles([pattern], CycleCache(cache_path))
+    warm, skipped, stats = read_cycles([pattern], CycleCache(cache_path))
+    assert (stats.cached, stats.parsed, skipped) == (9, 0, [])
+    assert len(warm.blocks) == 3 and not any(b.loaded for b in warm.blocks)
+    # What a pass needs of every cycle comes from the columns alone.
+    assert len(warm) == 9
+    assert [job for job, _, _ in warm.times()] == ["101"] * 3 + ["102"] * 3 + ["103"] * 3
+    assert warm.highs() == {"101.0": 2, "102.0": 2, "103.0": 2}
+    assert not any(b.loaded for b in warm.blocks)
+    # Asking for one generation builds that one's records only.
+    assert [c.key for c in warm.of_job("103")] == ["103.0.0", "103.0.1", "103.0.2"]
+    assert [b.loaded for b in warm.blocks] == [False, False, True]
+    assert warm[3].key == "102.0.0" and warm.blocks[1].loaded
+    # And the records are the ones a read without any cache gives, in the same order.
+    uncached, _, _ = read_cycles([pattern], None)
+    assert warm == uncached == cold
+
+
+def test_a_warm_pass_computes_goodput_failures_and_detectors_from_the_current_generation_only(
+    tmp_path: Path,
+) -> None:
+    from nvrx.config import WatchSettings
+    from nvrx.watch.detectors import run_detectors
+    from nvrx.watch.detectors.fleet import failed_cycles
+    from nvrx.watch.goodput import goodput
+    from nvrx.watch.model import ChainRef, Checkpoint, SaveSeen, Snapshot
+
+    pattern = generations(tmp_path / "w", ["101", "102", "103"])
+    cache_path = tmp_path / "cache.json"
+    read_cycles([pattern], CycleCache(cache_path))
+    warm, _, _ = read_cycles([pattern], CycleCache(cache_path))
+    at = datetime(2025, 2, 5, 11, tzinfo=UTC)
+    chain = ChainRef(name="train", user="alice", work_dir=None)
+    snap = Snapshot(at, "login1", chain, warm, Checkpoint(path=None), None)
+    saves = [SaveSeen(10, datetime(2025, 2, 5, 10, 0, 30, tzinfo=UTC), at)]
+    lazy = goodput(warm, [], saves, at)
+    run_detectors(snap, WatchSettings())
+    assert failed_cycles(snap, 600) == []  # nothing ended in the last 10 minutes
+    assert [b.loaded for b in warm.blocks] == [False, False, True]
+    uncached, _, _ = read_cycles([pattern], None)
+    assert lazy == goodput(list(uncached), [], saves, at)
+    assert lazy.seconds["restart_overhead"] > 0 and lazy.seconds["progress_lost"] > 0
+    assert [c.key for c in failed_cycles(snap, 3600)][:2] == ["101.0.0", "101.0.1"]
+
+
+def test_unchanged_directories_holding_one_job_are_merged_and_deduplicated_like_fresh_files(
+    tmp_path: Path,
+) -> None:
+    """A copy of a generation's files in a second directory: the warm pass must keep one of
+    each key and say so, exactly as the first pass did."""
+    for name in ("a", "b"):
+        for i in range(2):
+            _age(write(tmp_path / name, job="7", cycle=i, start=f"2025-02-05T10:0{i}:00Z",
+                       end=f"2025-02-05T10:0{i}:30Z", generation="1"))  # fmt: skip
+        _age(tmp_path / name)
+    patterns = [str(tmp_path / "a"), str(tmp_path / "b")]
+    cache_path = tmp_path / "cache.json"
+    cold, cold_skips, _ = read_cycles(patterns, CycleCache(cache_path))
+    warm, warm_skips, stats = read_cycles(patterns, CycleCache(cache_path))
+    assert stats.parsed == 0
+    assert keys(warm) == keys(cold) == ["7.0.0", "7.0.1"]
+    assert [c.path for c in warm] == [c.path for c in cold]
+    assert sorted(s.reason for s in warm_skips) == sorted(s.reason for s in cold_skips)
+    assert all(s.reason.startswith("duplicate of 7.0.") for s in warm_skips) and warm_skips
+
+
+def test_a_damaged_record_of_an_unchanged_directory_makes_it_read_again(tmp_path: Path) -> None:
+    pattern = generations(tmp_path / "w", ["101"])
+    cache_path = tmp_path / "cache.json"
+    first, _, _ = read_cycles([pattern], CycleCache(cache_path))
+    data = json.loads(cache_path.read_text())
+    (record,) = data["dirs"].values()
+    assert record["listed"] is not None
+    record["rows"] = record["rows"].replace("node", "nude")  # what the crc is for
+    cache_path.write_text(json.dumps(data))
+    again, _, stats = read_cycles([pattern], CycleCache(cache_path))
+    assert stats.parsed == 3 and again == first
+    assert again[0].active_nodes[0] == "node001"

@@ -22,6 +22,7 @@ from nvrx.watch.model import (
     Checkpoint,
     CounterDrop,
     CycleInfo,
+    Cycles,
     Finding,
     Generation,
     Platform,
@@ -119,7 +120,7 @@ def snap(
         observed_at=at,
         host=HOST,
         chain=chain or ChainRef(name="train", user="alice", work_dir=None),
-        cycles=tuple(cycles or ()),
+        cycles=Cycles.of(cycles or ()),
         checkpoint=checkpoint
         or Checkpoint(path="/w/checkpoints/latest_checkpointed_iteration.txt"),
         platform=platform,

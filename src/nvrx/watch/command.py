@@ -4,6 +4,7 @@ seconds, each printed as a screen or one JSON object."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 import time
@@ -108,7 +109,12 @@ def _write_timeline(path: Path, result: PassResult) -> None:
     from nvrx.watch.timeline import timeline_page
 
     snap = result.snapshot
-    inputs = [Path(c.path) for c in snap.cycles]
+    # Only a path that is (or links to) a cycle file can be one: the check then costs nothing
+    # for the usual page, instead of a realpath per cycle file on every pass.
+    real = os.path.realpath(path)
+    linked = os.path.exists(real) and os.stat(real).st_nlink > 1
+    suspect = os.path.basename(real).startswith("cycle_info.") or linked
+    inputs = [Path(c.path) for c in snap.cycles] if suspect else []
     if snap.checkpoint.path:
         inputs.append(Path(snap.checkpoint.path))
     refuse_overwriting(path, inputs, "--html")

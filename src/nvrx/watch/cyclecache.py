@@ -1,58 +1,124 @@
 """The watcher's cycle-file cache: the parse of every unchanged cycle file, kept between passes
-in the watcher's own state directory, so a pass over 10,000 unchanged files costs one `lstat`
-per file (or none, for a directory that did not change) instead of a read and a JSON parse."""
+in the watcher's own state directory, so a pass over 100,000 unchanged files reads one JSON file
+and, for a directory that did not change, neither lists it nor builds a record per file.
+
+One record per directory (and file-name glob). Its cycles are stored twice over: as columns
+(job, attempt, cycle number, start, end), which is all a pass needs of an old generation
+(goodput, failures within the fleet window, counter highs), and as one JSON text of the rest of
+each file (stat, log file, hostlists, ranks, rewrite count), decoded only when something asks
+for that generation's records. Decoding 100,000 full entries on every pass was most of a warm
+fleet pass; the columns alone cost a tenth of it.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import time
+import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from nvrx.files import write_atomic
-from nvrx.watch.cycleformat import info_from_fields
-from nvrx.watch.model import CycleInfo
+from nvrx.watch.model import CycleColumns
 
-CACHE_SCHEMA = "nvrx.watch.cycles-cache/2"
+CACHE_SCHEMA = "nvrx.watch.cycles-cache/3"
 # An unchanged directory is listed again at least this often, whatever its mtime says.
 LISTING_TTL_NS = 3600 * 1_000_000_000
-# One cache entry: `[st_mtime_ns, st_size, st_ino, *CACHE_FIELDS]`, a flat JSON list (a dict
-# per entry would double the cache's parse time, which is most of a warm pass).
+# The fields of one cached file (`cycleformat.parse_record` returns them, `info_from_fields`
+# reads them back); the first five are the record's columns, the rest its row.
 CACHE_FIELDS = (
     "job_id",
     "attempt_index",
     "cycle_number",
-    "start",  # as written (a checked ISO-8601 UTC time)
-    "end",  # as written, or null while open
+    "start",  # microseconds since the epoch, UTC
+    "end",  # the same, or null while open
     "log_file",
     "active_nodes",  # hostlist as written (compressed)
     "standby_nodes",
     "active_ranks",
     "write_count",  # the file's `generation` field
 )
-_ENTRY_LEN = 3 + len(CACHE_FIELDS)
-_CACHE_MAX_BYTES = 256 << 20  # ~350 bytes per entry: far more than any chain ever writes
+COLUMNS = ("job", "attempt", "cycle", "start", "end")
+# A row: `[st_mtime_ns, st_size, st_ino, *CACHE_FIELDS[5:]]`.
+_ROW_LEN = 3 + len(CACHE_FIELDS) - len(COLUMNS)
+_CACHE_MAX_BYTES = 256 << 20  # ~150 bytes per file: far more than any chain ever writes
+
+Stat = tuple[int, int, int]  # (st_mtime_ns, st_size, st_ino)
+
+
+def record_key(directory: str, name_glob: str) -> str:
+    """A record's key: the directory's absolute path and the glob its files were matched by."""
+    return directory.rstrip(os.sep) + os.sep + name_glob
+
+
+def file_name(job: str, attempt: int, cycle: int) -> str:
+    """The name NVRx gives a cycle file (the reader refuses a file whose name and content
+    disagree, so the name need not be stored)."""
+    return f"cycle_info.{job}.{attempt}.{cycle}"
+
+
+def _stamp(st: os.stat_result) -> Stat:
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def _all(values: Sequence[Any], *types: type) -> bool:
+    return set(map(type, values)) <= set(types)
+
+
+def _columns(record: dict[str, Any]) -> CycleColumns | None:
+    """A record's columns, checked (types, lengths, order), or None."""
+    jobs, attempts, numbers, starts, ends = (record.get(name) for name in COLUMNS)
+    if not (
+        type(jobs) is list
+        and type(attempts) is list
+        and type(numbers) is list
+        and type(starts) is list
+        and type(ends) is list
+    ):
+        return None
+    n = len(starts)
+    if (
+        not len(jobs) == len(attempts) == len(numbers) == len(ends) == n
+        or not _all(jobs, str)
+        or not _all(attempts, int)
+        or not _all(numbers, int)
+        or not _all(starts, int)
+        or not _all(ends, int, type(None))
+        or starts != sorted(starts)
+    ):
+        return None
+    return CycleColumns(jobs, attempts, numbers, starts, ends)
 
 
 class CycleCache:
-    """path → (st_mtime_ns, st_size, st_ino, parsed fields), persisted as one JSON file:
-    `{"schema": CACHE_SCHEMA, "entries": {path: [mtime_ns, size, ino, *CACHE_FIELDS]}}`.
+    """Directory records, persisted as one JSON file:
 
-    Why: cycle files are written once at cycle start and replaced once at cycle end (tmp file +
-    atomic rename, so a rewrite always changes the inode), then never again. Re-reading and
-    re-parsing thousands of them every five minutes on a shared filesystem is pure waste; an
-    unchanged (mtime, size, inode) triple is enough to reuse the previous parse.
+        {"schema": CACHE_SCHEMA, "dirs": {record_key: {
+            "listed": [dir_mtime_ns, dir_ino, listed_at_ns] | null,
+            "job": [...], "attempt": [...], "cycle": [...], "start": [...], "end": [...],
+            "open": [[row, mtime_ns, size, ino], ...],
+            "rows": "<JSON text of [[mtime_ns, size, ino, log_file, active, standby, ranks,
+                     write_count], ...]>",
+            "crc": crc32 of "rows"}}}
+
+    Rows are in (start, attempt, cycle) order. Why a file's parse can be reused: cycle files
+    are written once at cycle start and replaced once at cycle end (tmp file + atomic rename,
+    so a rewrite always changes the inode), then never again; an unchanged (mtime, size, inode)
+    triple is enough. Why a directory need not even be listed: one whose own mtime and inode
+    did not change has had no file created, renamed in or removed ("listed"; trusted for at
+    most LISTING_TTL, and after checking by `lstat` the files whose cycle is still open, the
+    ones a writer may rewrite in place).
 
     Losing or corrupting the cache is harmless (the next pass reads everything again), so a bad
-    cache file starts empty instead of failing the pass (`load_error` says why), and a bad entry
-    is a miss. In `read_only` mode (e.g. `--dry-run`) nothing is ever written. Only successfully
-    parsed files are cached: a file skipped for a (maybe transient) reason is retried next pass.
-
-    A file modified less than `racy_seconds` ago is read but not cached: on filesystems with
-    coarse timestamps a same-size in-place rewrite within the same tick would otherwise be
-    missed (git's "racy clean" problem).
+    cache file starts empty instead of failing the pass (`load_error` says why), and a bad
+    record is a miss; "crc" catches a damaged rows text before it is trusted. In `read_only`
+    mode (e.g. `--dry-run`) nothing is ever written. Only successfully parsed files are
+    cached: a file skipped for a (maybe transient) reason is retried next pass. A file
+    modified less than `racy_seconds` ago is read but not cached: on filesystems with coarse
+    timestamps a same-size in-place rewrite within the same tick would otherwise be missed
+    (git's "racy clean" problem); the same holds for a directory's listing.
     """
 
     def __init__(
@@ -66,19 +132,31 @@ class CycleCache:
         self.read_only = read_only
         self.racy_ns = int(racy_seconds * 1_000_000_000)
         self.load_error: str | None = None
-        self._entries: dict[str, list[Any]] = {}
-        # directory → [mtime_ns, inode, name glob, [paths]]: a directory whose own mtime did not
-        # change has had no file created, renamed in or removed, and NVRx only ever rewrites a
-        # cycle file by renaming a new one over it; so its files need no stat at all.
-        self._dirs: dict[str, list[Any]] = {}
+        self._dirs: dict[str, Any] = {}
         self._dirty = False
         self._load()
 
     def __len__(self) -> int:
-        return len(self._entries)
+        """Files cached (in records whose columns are sound)."""
+        return sum(
+            len(cols.starts)
+            for r in self._dirs.values()
+            if type(r) is dict and (cols := _columns(r)) is not None
+        )
 
     def __contains__(self, path: object) -> bool:
-        return path in self._entries
+        if type(path) is not str:
+            return False
+        directory, name = os.path.split(path)
+        for key, record in self._dirs.items():
+            if os.path.dirname(key) != directory or type(record) is not dict:
+                continue
+            cols = _columns(record)
+            if cols is not None and name in {
+                file_name(*k) for k in zip(cols.jobs, cols.attempts, cols.numbers, strict=True)
+            }:
+                return True
+        return False
 
     def _load(self) -> None:
         try:
@@ -100,127 +178,152 @@ class CycleCache:
         if not isinstance(data, dict) or data.get("schema") != CACHE_SCHEMA:
             self.load_error = "cache has another schema; starting empty"
             return
-        entries = data.get("entries")
-        if not isinstance(entries, dict):
+        dirs = data.get("dirs")
+        if not isinstance(dirs, dict):
             self.load_error = "cache corrupt; starting empty"
             return
-        # Entries are validated on use (a bad one is a miss), so loading stays one json.loads.
-        self._entries = entries
-        dirs = data.get("dirs")
-        self._dirs = dirs if isinstance(dirs, dict) else {}
+        # Records are checked on use (a bad one is a miss), so loading stays one json.loads.
+        self._dirs = dirs
 
-    def get(self, path: str, st: os.stat_result) -> CycleInfo | None:
-        """The cached record if the file's (mtime_ns, size, inode) are unchanged, else None."""
-        entry = self._entries.get(path)
-        if entry is None:
+    def _record(self, key: str) -> tuple[dict[str, Any], CycleColumns] | None:
+        record = self._dirs.get(key)
+        if type(record) is not dict:
             return None
-        try:
-            if (
-                type(entry) is not list
-                or len(entry) != _ENTRY_LEN
-                or entry[0] != st.st_mtime_ns
-                or entry[1] != st.st_size
-                or entry[2] != st.st_ino
-            ):
-                return None
-            return info_from_fields(entry[3:], path)
-        except (TypeError, ValueError):  # includes SlurmParseError from a junk hostlist
-            self.forget(path)
-            return None
-
-    def listing(
-        self, directory: str, dst: os.stat_result, name_glob: str
-    ) -> list[tuple[CycleInfo, int]] | None:
-        """The records of an unchanged directory without listing it, or None.
-
-        Trusted only while the directory's own mtime and inode are unchanged, for at most
-        LISTING_TTL after it was last listed, and after checking the files whose cycle is still
-        open (at most one per generation): those are the ones a writer may still rewrite, and a
-        rewrite in place (not by rename) would not change the directory.
-        """
-        entry = self._dirs.get(directory)
+        cols = _columns(record)
+        rows = record.get("rows")
         if (
-            type(entry) is not list
-            or len(entry) != 5
-            or entry[0] != dst.st_mtime_ns
-            or entry[1] != dst.st_ino
-            or entry[2] != name_glob
-            or type(entry[3]) is not list
-            or not isinstance(entry[4], int)
-            or time.time_ns() - entry[4] > LISTING_TTL_NS
+            cols is None
+            or type(rows) is not str
+            or record.get("crc") != zlib.crc32(rows.encode("utf-8", "surrogatepass"))
         ):
             return None
-        out = []
-        # Anything odd in a cache entry (a path that is not a string, a stamp that is not a
-        # number) is a miss: the directory is listed and read again.
-        try:
-            for path in entry[3]:
-                cached = self._entries.get(path) if type(path) is str else None
-                if type(cached) is not list or len(cached) != _ENTRY_LEN:
-                    return None
-                info = info_from_fields(cached[3:], path)
-                if info.end is None:
-                    try:
-                        st = os.lstat(path)
-                    except OSError:
-                        return None
-                    if (st.st_mtime_ns, st.st_size, st.st_ino) != tuple(cached[:3]):
-                        return None
-                out.append((info, int(cached[0])))
-        except (TypeError, ValueError):
+        return record, cols
+
+    def unchanged(self, directory: str, dst: os.stat_result, name_glob: str) -> CycleColumns | None:
+        """The columns of a directory that did not change since it was last listed, or None
+        (then it must be listed and its files looked up with `known`)."""
+        found = self._record(record_key(directory, name_glob))
+        if found is None:
             return None
+        record, cols = found
+        listed = record.get("listed")
+        if (
+            type(listed) is not list
+            or len(listed) != 3
+            or listed[0] != dst.st_mtime_ns
+            or listed[1] != dst.st_ino
+            or not isinstance(listed[2], int)
+            or time.time_ns() - listed[2] > LISTING_TTL_NS
+        ):
+            return None
+        opened = record.get("open")
+        if type(opened) is not list:
+            return None
+        prefix = directory.rstrip(os.sep) + os.sep
+        open_rows = [i for i, end in enumerate(cols.ends) if end is None]
+        try:
+            if sorted(int(o[0]) for o in opened) != open_rows:
+                return None
+            for row, *stamp in opened:
+                name = file_name(cols.jobs[row], cols.attempts[row], cols.numbers[row])
+                try:
+                    st = os.lstat(prefix + name)
+                except OSError:
+                    return None
+                if _stamp(st) != tuple(stamp):
+                    return None
+        except (TypeError, ValueError, IndexError):
+            return None
+        return cols
+
+    def rows(self, directory: str, name_glob: str) -> list[list[Any]]:
+        """The rows of a directory whose columns `unchanged` or `known` just returned. Raises
+        ValueError when they do not fit the columns (the crc makes that a bug, not damage)."""
+        found = self._record(record_key(directory, name_glob))
+        if found is None:
+            raise ValueError(f"cycle cache: no sound record for {directory}")
+        record, cols = found
+        rows = json.loads(record["rows"])
+        if (
+            type(rows) is not list
+            or len(rows) != len(cols.starts)
+            or not all(type(r) is list and len(r) == _ROW_LEN for r in rows)
+        ):
+            raise ValueError(f"cycle cache: the rows of {directory} do not fit its columns")
+        return rows
+
+    def known(self, directory: str, name_glob: str) -> dict[str, tuple[Stat, list[Any]]]:
+        """name → (stat, fields) of the files the record holds, for a directory that changed
+        (only its new or replaced files are read again). A bad record knows nothing."""
+        found = self._record(record_key(directory, name_glob))
+        if found is None:
+            return {}
+        _, cols = found
+        try:
+            rows = self.rows(directory, name_glob)
+        except ValueError:
+            return {}
+        out: dict[str, tuple[Stat, list[Any]]] = {}
+        for i, row in enumerate(rows):
+            key = (cols.jobs[i], cols.attempts[i], cols.numbers[i])
+            fields = [*key, cols.starts[i], cols.ends[i], *row[3:]]
+            out[file_name(*key)] = ((row[0], row[1], row[2]), fields)
         return out
 
-    def remember_listing(
-        self, directory: str, dst: os.stat_result, name_glob: str, paths: list[str]
+    def store(
+        self,
+        directory: str,
+        dst: os.stat_result,
+        name_glob: str,
+        files: Sequence[tuple[os.stat_result, Sequence[Any]]],
+        *,
+        complete: bool,
     ) -> None:
-        """Record a directory all of whose files are cached; not while it may still be changing
-        within one timestamp tick (judged by this host's clock: a writer's clock running ahead
-        is bounded by LISTING_TTL, after which the directory is listed again anyway)."""
-        if time.time_ns() - dst.st_mtime_ns < self.racy_ns or any(
-            p not in self._entries for p in paths
+        """Record a directory's parsed files as (stat of the inode read, fields), leaving out
+        those changed within the racy window. `complete`: every entry the listing matched is
+        among `files` (nothing skipped but `.current` pointers), so the next pass may trust an
+        unchanged directory without listing it."""
+        now = time.time_ns()
+        kept = sorted(
+            ((_stamp(st), list(f)) for st, f in files if now - st.st_mtime_ns >= self.racy_ns),
+            key=lambda sf: (sf[1][3], sf[1][1], sf[1][2], sf[1][0]),
+        )
+        trusted = complete and len(kept) == len(files) and now - dst.st_mtime_ns >= self.racy_ns
+        key = record_key(directory, name_glob)
+        rows_text = json.dumps([[*s, *f[5:]] for s, f in kept], separators=(",", ":"))
+        record: dict[str, Any] = {
+            "job": [f[0] for _, f in kept],
+            "attempt": [f[1] for _, f in kept],
+            "cycle": [f[2] for _, f in kept],
+            "start": [f[3] for _, f in kept],
+            "end": [f[4] for _, f in kept],
+            "open": [[i, *s] for i, (s, f) in enumerate(kept) if f[4] is None],
+            "rows": rows_text,
+            "crc": zlib.crc32(rows_text.encode("utf-8", "surrogatepass")),
+        }
+        previous = self._dirs.get(key)
+        listed = previous.get("listed") if type(previous) is dict else None
+        if trusted and not (
+            type(listed) is list
+            and len(listed) == 3
+            and listed[:2] == [dst.st_mtime_ns, dst.st_ino]
+            and isinstance(listed[2], int)
         ):
-            self._dirs.pop(directory, None)
+            listed = [dst.st_mtime_ns, dst.st_ino, now]
+        # An unchanged listing keeps its original time, so the TTL really expires.
+        record["listed"] = listed if trusted else None
+        if previous == record:
             return
-        previous = self._dirs.get(directory)
-        if (
-            type(previous) is list
-            and len(previous) == 5
-            and previous[:4] == [dst.st_mtime_ns, dst.st_ino, name_glob, paths]
-        ):
-            return  # unchanged: keep the original listing time, so the TTL really expires
-        self._dirs[directory] = [dst.st_mtime_ns, dst.st_ino, name_glob, paths, time.time_ns()]
+        self._dirs[key] = record
         self._dirty = True
 
-    def put(self, path: str, st: os.stat_result, fields: Sequence[Any]) -> None:
-        """Remember a parse, keyed by the stat of the very inode that was read."""
-        if time.time_ns() - st.st_mtime_ns < self.racy_ns:
-            self.forget(path)
-            return
-        self._entries[path] = [st.st_mtime_ns, st.st_size, st.st_ino, *fields]
-        self._dirty = True
-
-    def forget(self, path: str) -> None:
-        if self._entries.pop(path, None) is not None:
-            self._dirty = True
-
-    def retain(self, paths: Iterable[str]) -> None:
-        """Drop every entry not in `paths` (files that disappeared, or are no longer matched)."""
-        keep = paths if isinstance(paths, set | frozenset) else set(paths)
-        gone = [p for p in self._entries if p not in keep]
-        for path in gone:
-            del self._entries[path]
-        stale = [
-            d
-            for d, e in self._dirs.items()
-            if not isinstance(e, list)
-            or len(e) != 5
-            or not isinstance(e[3], list)
-            or any(p not in keep for p in e[3])
-        ]
-        for directory in stale:
-            del self._dirs[directory]
-        if gone or stale:
+    def retain(self, keys: Iterable[str]) -> None:
+        """Drop every record not in `keys` (directories gone, or no longer matched)."""
+        keep = keys if isinstance(keys, set | frozenset) else set(keys)
+        gone = [k for k in self._dirs if k not in keep]
+        for key in gone:
+            del self._dirs[key]
+        if gone:
             self._dirty = True
 
     def save(self) -> bool:
@@ -231,10 +334,7 @@ class CycleCache:
         """
         if self.read_only or not self._dirty:
             return False
-        text = json.dumps(
-            {"schema": CACHE_SCHEMA, "entries": self._entries, "dirs": self._dirs},
-            separators=(",", ":"),
-        )
+        text = json.dumps({"schema": CACHE_SCHEMA, "dirs": self._dirs}, separators=(",", ":"))
         # write_atomic's unique temporary name: login nodes sharing $HOME may save at once.
         write_atomic(Path(os.path.abspath(self.path)), text, mode=0o600)
         self._dirty = False

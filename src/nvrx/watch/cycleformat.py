@@ -17,7 +17,7 @@ from typing import Any
 
 from nvrx.slurm.errors import SlurmParseError
 from nvrx.slurm.hostlist import expand
-from nvrx.watch.model import CycleInfo
+from nvrx.watch.model import CycleInfo, from_us, to_us
 
 # ISO-8601 UTC as NVRx writes it (`%Y-%m-%dT%H:%M:%S.%fZ`); fraction optional, `+00:00` accepted.
 _TIME_RE = re.compile(
@@ -91,8 +91,8 @@ def parse_utc(text: str, key: str = "time") -> datetime:
     """
     if _TIME_RE.match(text) is None:
         raise CycleParseError(f"{key}: not an ISO-8601 UTC time: {_show(text)}")
-    # The shape is checked above; fromisoformat (C) does the arithmetic, and it reads what
-    # `_info_from_fields` reads back from the cache. A fraction past 6 digits is cut to 6.
+    # The shape is checked above; fromisoformat (C) does the arithmetic. A fraction past 6
+    # digits is cut to 6.
     try:
         return datetime.fromisoformat(text)
     except ValueError as exc:
@@ -188,8 +188,8 @@ def parse_record(text: str, path: str) -> tuple[CycleInfo, list[Any]]:
         job_id,
         attempt,
         cycle,
-        start_text,  # as written: checked above, and what fromisoformat reads back
-        end_text or None,
+        to_us(start),  # exact: what `info_from_fields` turns back into the same datetime
+        None if end is None else to_us(end),
         log_file,
         active_expr,
         standby_expr,
@@ -214,16 +214,16 @@ def parse_cycle_info(text: str, path: str) -> CycleInfo:
 
 
 def info_from_fields(fields: Sequence[Any], path: str) -> CycleInfo:
-    """Rebuild a record from a cache entry's fields (see CycleCache). Raises TypeError or
-    ValueError on junk, which the cache treats as a miss. Kept lean: it runs once per file on
-    every warm pass."""
-    job, attempt, cycle, start_s, end_s, log_file, active, standby, ranks, count = fields
+    """Rebuild a record from a cache entry's fields (`cyclecache.CACHE_FIELDS`). Raises
+    TypeError or ValueError on junk, which the cache treats as a miss. Kept lean: it runs once
+    per file of every generation whose records a pass asks for."""
+    job, attempt, cycle, start_us, end_us, log_file, active, standby, ranks, count = fields
     if not (
         type(job) is str
         and type(attempt) is int
         and type(cycle) is int
-        and type(start_s) is str
-        and (end_s is None or type(end_s) is str)
+        and type(start_us) is int
+        and (end_us is None or type(end_us) is int)
         and type(log_file) is str
         and type(active) is str
         and type(standby) is str
@@ -231,10 +231,8 @@ def info_from_fields(fields: Sequence[Any], path: str) -> CycleInfo:
         and type(count) is int
     ):
         raise TypeError("cache entry has wrong field types")
-    start = datetime.fromisoformat(start_s)
-    end = datetime.fromisoformat(end_s) if end_s is not None else None
-    if start.tzinfo is None or (end is not None and end.tzinfo is None):
-        raise ValueError("naive time in cache entry")
+    start = from_us(start_us)
+    end = from_us(end_us) if end_us is not None else None
     return CycleInfo(
         job, attempt, cycle, start, end, log_file, _hosts(active), _hosts(standby), ranks, count,
         path,

@@ -11,13 +11,16 @@ rewriting on a shared filesystem. So this module:
 * never follows symlinks to files and never reads more than `MAX_CYCLE_FILE_BYTES` of a file;
 * keeps an optional on-disk `CycleCache`, so a pass over 10,000 unchanged files costs one
   `lstat` per file instead of a read and a JSON parse (upstream re-read and re-parsed every
-  file on every pass).
+  file on every pass), and a directory that did not change is neither listed nor turned into
+  records until something asks for them (`model.Cycles`).
 
 Nothing here writes into job directories: the only file ever written is the cache, which lives
 in the watcher's own state directory.
 
 The format itself is parsed by `cycleformat` (pure) and the cache is `cyclecache`; this module
-is the directory reader that uses both.
+is the directory reader that uses both. One module: the walk, its skip rules, and putting the
+unchanged directories' blocks and the files read this pass into one order are one algorithm
+over one walk, and split they would share every intermediate.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import errno
 import fnmatch
 import glob
+import itertools
 import operator
 import os
 import re
@@ -32,11 +36,12 @@ import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from nvrx.files import InputError, InputTooLarge, read_bounded
-from nvrx.watch.cyclecache import CycleCache
-from nvrx.watch.cycleformat import CycleParseError, parse_record
-from nvrx.watch.model import CycleInfo, SkippedFile
+from nvrx.watch.cyclecache import CycleCache, Stat, file_name, record_key
+from nvrx.watch.cycleformat import CycleParseError, info_from_fields, parse_record
+from nvrx.watch.model import CycleBlock, CycleColumns, CycleInfo, Cycles, SkippedFile
 
 # Real cycle-info files are < 1 KB. Anything bigger than this is not one, and must not be read
 # into memory (a stray 50 GB file in the directory must not take the login node down).
@@ -204,11 +209,12 @@ def _directories(pattern: str, dir_glob: str, skipped: list[SkippedFile]) -> tup
 def _read_one(
     path: str,
     entry: os.DirEntry[str],
-    cache: CycleCache | None,
+    known: dict[str, tuple[Stat, list[Any]]],
     max_bytes: int,
     stats: ReadStats,
-) -> tuple[CycleInfo, int]:
-    """One directory entry → a record, or _Skip. Order of checks: cheapest, most telling first."""
+) -> tuple[CycleInfo, os.stat_result, list[Any]]:
+    """One directory entry → (record, stat of the inode read, cache fields), or _Skip. Order of
+    checks: cheapest, most telling first."""
     name = entry.name
     if name.endswith((".tmp", ".current")):
         raise _Skip(REASON_TMP if name.endswith(".tmp") else REASON_CURRENT)
@@ -226,11 +232,16 @@ def _read_one(
     if st.st_size > max_bytes:
         raise _too_large(st.st_size, max_bytes)
 
-    if cache is not None:
-        hit = cache.get(path, st)
-        if hit is not None:
-            stats.cached += 1
-            return hit, st.st_mtime_ns
+    hit = known.get(name)
+    if hit is not None and hit[0] == (st.st_mtime_ns, st.st_size, st.st_ino):
+        try:
+            info = info_from_fields(hit[1], path)
+        except (TypeError, ValueError, OverflowError):  # includes a junk hostlist: a miss
+            pass
+        else:
+            if (info.job_id, str(info.attempt_index), str(info.cycle_number)) == m.groups():
+                stats.cached += 1
+                return info, st, hit[1]
 
     data, st = _read_capped(path, max_bytes)
     text = _decode(data)
@@ -242,9 +253,30 @@ def _read_one(
     if (info.job_id, info.attempt_index, info.cycle_number) != (job, attempt, cycle):
         raise _Skip(f"name says {job}.{attempt}.{cycle} but content says {info.key}")
     stats.parsed += 1
-    if cache is not None:
-        cache.put(path, st, fields)
-    return info, st.st_mtime_ns
+    return info, st, fields
+
+
+def _block(cache: CycleCache, directory: str, name_glob: str, cols: CycleColumns) -> CycleBlock:
+    """An unchanged directory's cycles: columns now, records when asked for."""
+    prefix = directory.rstrip(os.sep) + os.sep
+
+    def load() -> list[CycleInfo]:
+        rows = cache.rows(directory, name_glob)
+        try:
+            return [
+                info_from_fields(
+                    [job, attempt, number, start, end, *row[3:]],
+                    prefix + file_name(job, attempt, number),
+                )
+                for job, attempt, number, start, end, row in zip(
+                    cols.jobs, cols.attempts, cols.numbers, cols.starts, cols.ends, rows,
+                    strict=True,
+                )
+            ]  # fmt: skip
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ValueError(f"cycle cache: a bad row for {directory}: {exc}") from None
+
+    return CycleBlock(cols, load)
 
 
 _FLOOR = datetime.min.replace(tzinfo=UTC)
@@ -285,25 +317,29 @@ def read_cycles(
     cache: CycleCache | None,
     *,
     max_bytes: int = MAX_CYCLE_FILE_BYTES,
-) -> tuple[list[CycleInfo], list[SkippedFile], ReadStats]:
+) -> tuple[Cycles, list[SkippedFile], ReadStats]:
     """Every cycle-info file matched by `patterns`, deduplicated and sorted; never raises for
     what is (or is not) on disk.
 
     A pattern is a glob (`/w/nvrx/*/cycle_infos/cycle_info.*`) or a plain directory (meaning
     `<dir>/cycle_info.*`). Wildcards in the directory part go through `glob`; each directory is
     then listed once with `os.scandir`, so a pass costs one `lstat` per file plus, for files the
-    cache does not know, one read.
+    cache does not know, one read; a directory the cache knows unchanged is not listed at all,
+    and its records are only built when asked for (`Cycles`).
 
     Results: cycles deduplicated by `job.attempt.cycle` (the loser is reported as skipped) and
     sorted by (start, attempt_index, cycle_number); skipped files and pattern problems, each
-    with a reason; and counters. With a cache, entries of files not seen this pass are dropped
-    and the cache is saved (unless read-only); a failed save is only reported in the stats.
+    with a reason; and counters. With a cache, records of directories not seen this pass are
+    dropped and the cache is saved (unless read-only); a failed save is only reported in the
+    stats.
     """
     stats = ReadStats()
     skipped: list[SkippedFile] = []
     found: dict[tuple[str, int, int], tuple[CycleInfo, int]] = {}
+    blocks: list[CycleBlock] = []
     visited_paths: set[str] = set()
     visited_dirs: set[tuple[int, int, str]] = set()
+    records: set[str] = set()
 
     for pattern in patterns:
         dir_glob, name_glob = _split_pattern(pattern)
@@ -326,13 +362,13 @@ def read_cycles(
                 reported = True  # already reported on, if there was anything to say
                 continue
             visited_dirs.add(ident)
-            known = cache.listing(directory, dst, name_glob) if cache is not None else None
-            if known is not None:
-                matched += len(known)
-                stats.cached += len(known)
-                for item in known:
-                    visited_paths.add(item[0].path)
-                    _keep(found, item, skipped, stats)
+            records.add(record_key(directory, name_glob))
+            cols = cache.unchanged(directory, dst, name_glob) if cache is not None else None
+            if cols is not None:
+                matched += len(cols.starts)
+                stats.cached += len(cols.starts)
+                stats.seen += len(cols.starts)
+                blocks.append(_block(cache, directory, name_glob, cols))  # type: ignore[arg-type]
                 continue
             try:
                 with os.scandir(directory) as it:
@@ -344,32 +380,40 @@ def read_cycles(
             matched += len(entries)
             first_skip = len(skipped)
             prefix = directory if directory.endswith(os.sep) else directory + os.sep
-            read: list[str] = []
+            known = cache.known(directory, name_glob) if cache is not None else {}
+            parsed: list[tuple[os.stat_result, list[Any]]] = []
+            complete = True
             for entry in entries:
                 path = prefix + entry.name
                 if path in visited_paths:
+                    complete = False  # matched by another glob too: that record holds it
                     continue
                 visited_paths.add(path)
                 try:
-                    item = _read_one(path, entry, cache, max_bytes, stats)
+                    info, st, fields = _read_one(path, entry, known, max_bytes, stats)
                 except _Skip as skip:
                     stats.skipped += 1
                     if skip.reason not in NOT_CYCLE_FILE_REASONS:
                         stats.unreadable += 1
                     skipped.append(SkippedFile(path, skip.reason))
+                    if skip.reason != REASON_CURRENT:
+                        complete = False
                     continue
-                _keep(found, item, skipped, stats)
-                read.append(path)
-            if cache is not None and all(s.reason == REASON_CURRENT for s in skipped[first_skip:]):
-                cache.remember_listing(directory, dst, name_glob, read)
+                _keep(found, (info, st.st_mtime_ns), skipped, stats)
+                if entry.name == file_name(info.job_id, info.attempt_index, info.cycle_number):
+                    parsed.append((st, fields))
+                else:
+                    complete = False  # e.g. a zero-padded number: not a name the cache rebuilds
+            if cache is not None:
+                cache.store(directory, dst, name_glob, parsed, complete=complete)
             # scandir order is arbitrary; keep the report stable from pass to pass.
             skipped[first_skip:] = sorted(skipped[first_skip:], key=_BY_PATH)
         if matched == 0 and not reported:
             skipped.append(SkippedFile(pattern, "no files match"))
 
-    stats.seen = len(visited_paths)
+    stats.seen += len(visited_paths)
     if cache is not None:
-        cache.retain(visited_paths)
+        cache.retain(records)
         if cache.load_error:
             stats.cache_error = cache.load_error
         try:
@@ -377,5 +421,34 @@ def read_cycles(
         except OSError as exc:
             stats.cache_error = f"cache not saved: {exc.strerror or exc}"
 
-    cycles = sorted((info for info, _ in found.values()), key=_ORDER)
-    return cycles, skipped, stats
+    listed = sorted((info for info, _ in found.values()), key=_ORDER)
+    return _assemble(blocks, listed, found, skipped, stats), skipped, stats
+
+
+def _assemble(
+    blocks: list[CycleBlock],
+    listed: list[CycleInfo],
+    found: dict[tuple[str, int, int], tuple[CycleInfo, int]],
+    skipped: list[SkippedFile],
+    stats: ReadStats,
+) -> Cycles:
+    """One ordered `Cycles` of the unchanged directories' blocks and the files read this pass.
+
+    The common case (every generation in its own directory, one after the other) is blocks
+    that neither overlap in time nor share a job: then they are simply put in order. Anything
+    else (two directories with files of one job, interleaved starts) builds every record and
+    goes through the same deduplication and sort as files read one by one."""
+    if not blocks:
+        return Cycles.of(listed)
+    parts = [*blocks, CycleBlock.of(listed)] if listed else list(blocks)
+    parts.sort(key=lambda b: b.columns.first_key())
+    jobs = [set(b.columns.jobs) for b in parts]
+    disjoint = sum(len(j) for j in jobs) == len(set().union(*jobs)) and all(
+        a.columns.last_key() < b.columns.first_key() for a, b in itertools.pairwise(parts)
+    )
+    if disjoint:
+        return Cycles(parts)
+    for block in blocks:
+        for info in block.records():
+            _keep(found, (info, 0), skipped, stats)
+    return Cycles.of(sorted((info for info, _ in found.values()), key=_ORDER))

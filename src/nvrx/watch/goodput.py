@@ -22,12 +22,13 @@ whole cycle is redone). Otherwise the cycle's time is unknown, not productive.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from nvrx.watch.model import CycleInfo, GenerationSpan, SaveSeen
+from nvrx.watch.model import CycleInfo, Cycles, GenerationSpan, SaveSeen, from_us, to_us
 
 CATEGORIES = (
     "productive",
@@ -91,12 +92,26 @@ def _seconds(a: datetime, b: datetime) -> float:
     return max((b - a).total_seconds(), 0.0)
 
 
-def _last_save_before(saves: Sequence[SaveSeen], end: datetime) -> SaveSeen | None:
-    """The save the file held at `end`, when a pass at or after `end` proves it."""
-    if not saves:
+class _Proofs:
+    """`SaveSeen`s by save time, to answer "which save did the file hold at time T, as a pass
+    at or after T proved?" in O(log n) per cycle (a chain may keep thousands of saves)."""
+
+    def __init__(self, saves: Sequence[SaveSeen]) -> None:
+        ordered = sorted(saves, key=lambda s: s.at)
+        self.at = [to_us(s.at) for s in ordered]
+        self.until = [to_us(s.seen_until) for s in ordered]
+        self.reach = list(itertools.accumulate(self.until, max))  # latest seen_until so far
+
+    def last_before(self, end: int) -> int | None:
+        """The save time (µs) of the latest save with at <= end <= seen_until, or None."""
+        i = bisect.bisect_right(self.at, end) - 1
+        if i < 0 or self.reach[i] < end:
+            return None  # no save made by then was still seen at `end`
+        while i >= 0:
+            if self.until[i] >= end:
+                return self.at[i]
+            i -= 1
         return None
-    proven = [s for s in saves if s.at <= end <= s.seen_until]
-    return max(proven, key=lambda s: s.at, default=None)
 
 
 def goodput(
@@ -106,72 +121,85 @@ def goodput(
     now: datetime,
     unsaved_until: datetime | None = None,
 ) -> Goodput:
-    """The chain's wall time by category (see the module doc); `cycles` sorted by start;
-    `unsaved_until`, the last pass that found no checkpoint file yet."""
+    """The chain's wall time by category (see the module doc); `cycles` sorted by start (a
+    `Cycles` is read by its columns: no record is built); `unsaved_until`, the last pass that
+    found no checkpoint file yet."""
+    table = cycles if isinstance(cycles, Cycles) else Cycles.of(cycles)
     spans = sorted((s for s in spans if s.start is not None), key=lambda s: s.start or now)
-    starts = [s.start for s in spans if s.start] + [c.start for c in cycles]
+    times = list(table.times())  # (job, start µs, end µs | None)
+    starts = [to_us(s.start) for s in spans if s.start] + ([times[0][1]] if times else [])
     if not starts:
         return Goodput(None, None, {k: 0.0 for k in CATEGORIES})
     start = min(starts)
-    live = any(c.end is None for c in cycles) or any(s.end is None for s in spans)
-    ends = [c.end for c in cycles if c.end] + [s.end for s in spans if s.end]
-    end = now if live or not ends else max(ends)
-    out = {k: 0.0 for k in CATEGORIES}
+    live = any(e is None for _, _, e in times) or any(s.end is None for s in spans)
+    ends = [to_us(s.end) for s in spans if s.end]
+    closed = [e for _, _, e in times if e is not None]
+    if closed:
+        ends.append(max(closed))
+    end = to_us(now) if live or not ends else max(ends)
+    us = {k: 0 for k in CATEGORIES}  # whole microseconds: exact sums
     notes: list[str] = []
 
     for a, b in itertools.pairwise(spans):
         if a.end is not None and b.start is not None:
-            out["queue_wait"] += _seconds(a.end, b.start)
-    by_job: dict[str, list[CycleInfo]] = {}
-    for c in cycles:
-        by_job.setdefault(c.job_id, []).append(c)
+            us["queue_wait"] += max(to_us(b.start) - to_us(a.end), 0)
+    first_start: dict[str, int] = {}
+    for job, c_start, _ in times:
+        first_start.setdefault(job, c_start)
     for span in spans:
-        first = by_job.get(span.job_id)
-        if first and span.start is not None:
-            out["startup"] += _seconds(span.start, first[0].start)
-    by_span = {s.job_id: s for s in spans}
+        first = first_start.get(span.job_id)
+        if first is not None and span.start is not None:
+            us["startup"] += max(first - to_us(span.start), 0)
+    # job → (ended, clean, end µs) of its task 0, when accounting showed one
+    by_span = {
+        s.job_id: (s.state is not None, s.clean, None if s.end is None else to_us(s.end))
+        for s in spans
+    }
+    proofs = _Proofs(saves)
+    unsaved = None if unsaved_until is None else to_us(unsaved_until)
     unproven = 0
-    for i, c in enumerate(cycles):
-        nxt = cycles[i + 1] if i + 1 < len(cycles) else None
-        ran = _seconds(c.start, c.end or end)
-        if c.end is None:
-            out["productive"] += ran  # the open cycle: training now
+    n = len(times)
+    for i, (job, c_start, c_end) in enumerate(times):
+        if c_end is None:
+            us["productive"] += max(end - c_start, 0)  # the open cycle: training now
             continue
-        of_job = by_span.get(c.job_id)
-        if nxt is not None and nxt.job_id == c.job_id:
-            out["restart_overhead"] += _seconds(c.end, nxt.start)
-        elif of_job is not None and of_job.end is not None and not of_job.clean:
+        ran = max(c_end - c_start, 0)
+        nxt = times[i + 1] if i + 1 < n else None
+        of_job = by_span.get(job)
+        if nxt is not None and nxt[0] == job:
+            us["restart_overhead"] += max(nxt[1] - c_end, 0)
+        elif of_job is not None and of_job[2] is not None and not of_job[1]:
             # A failed generation's last cycle: its end to task 0's (tearing it down).
-            out["restart_overhead"] += _seconds(c.end, of_job.end)
+            us["restart_overhead"] += max(of_job[2] - c_end, 0)
         if nxt is None:
-            how = of_job.state if of_job is not None else None
-            if of_job is not None and of_job.clean:
-                out["productive"] += ran  # training finished
+            if of_job is not None and of_job[1]:
+                us["productive"] += ran  # training finished
                 continue
-            if how is None:
-                out["unknown"] += ran  # ended, and accounting does not say how
+            if of_job is None or not of_job[0]:
+                us["unknown"] += ran  # ended, and accounting does not say how
                 unproven += 1
                 continue
         # Ended in a failure: what it did after the last save before its end is redone.
-        save = _last_save_before(saves, c.end)
-        if save is None and unsaved_until is not None and c.end <= unsaved_until:
-            out["progress_lost"] += ran  # nothing saved yet: the next cycle starts over
+        save = proofs.last_before(c_end)
+        if save is None and unsaved is not None and c_end <= unsaved:
+            us["progress_lost"] += ran  # nothing saved yet: the next cycle starts over
             continue
         if save is None:
-            out["unknown"] += ran
+            us["unknown"] += ran
             unproven += 1
             continue
-        lost = _seconds(max(save.at, c.start), c.end)
-        out["progress_lost"] += lost
-        out["productive"] += ran - lost
+        lost = max(c_end - max(save, c_start), 0)
+        us["progress_lost"] += lost
+        us["productive"] += ran - lost
     if unproven:
         notes.append(
             f"{unproven} ended cycle(s) without a save proven before their end: their time is "
             "unknown"
         )
-    covered = sum(out.values())
-    wall = _seconds(start, end)
-    if covered > wall + 1e-6:
-        notes.append(f"the sources overlap by {covered - wall:.1f} s (clock skew?)")
-    out["unknown"] += max(wall - covered, 0.0)
-    return Goodput(start, end, out, tuple(notes))
+    covered = sum(us.values())
+    wall = max(end - start, 0)
+    if covered > wall:
+        notes.append(f"the sources overlap by {(covered - wall) / 1e6:.1f} s (clock skew?)")
+    us["unknown"] += max(wall - covered, 0)
+    out = {k: v / 1e6 for k, v in us.items()}
+    return Goodput(from_us(start), from_us(end), out, tuple(notes))

@@ -3,14 +3,20 @@
 Detectors are pure functions of (Snapshot, WatchSettings) → findings; everything that reads
 files or asks Slurm builds a Snapshot first (upstream nvrx-watch's DESIGN: "detectors
 are pure functions of (snapshot, config)", "a blind watcher must not look healthy").
+
+One module: every plain-data type a pass hands from the readers to the detectors and outputs,
+so nothing below the detectors needs more than this module to describe what a pass saw.
 """
 
 from __future__ import annotations
 
+import bisect
 import enum
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, overload
 
 from nvrx.slurm.states import ExitStatus, JobState
 
@@ -57,6 +63,184 @@ class CycleInfo:
     def duration(self, now: datetime) -> float:
         """Seconds the cycle ran (until now while open)."""
         return ((self.end or now) - self.start).total_seconds()
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+
+
+def to_us(t: datetime) -> int:
+    """An aware time as whole microseconds since the epoch (exact, unlike a float timestamp)."""
+    return (t - _EPOCH) // _US
+
+
+def from_us(us: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=us)
+
+
+@dataclass(frozen=True, slots=True)
+class CycleColumns:
+    """A run of cycles in order, as columns: what a pass needs of every cycle of a chain
+    (goodput, failures within a window, counter highs) without a record per cycle. Times are
+    microseconds since the epoch, UTC (`to_us`); an end is None while the cycle is open."""
+
+    jobs: Sequence[str]
+    attempts: Sequence[int]
+    numbers: Sequence[int]
+    starts: Sequence[int]
+    ends: Sequence[int | None]
+
+    @classmethod
+    def of(cls, records: Sequence[CycleInfo]) -> CycleColumns:
+        return cls(
+            tuple(c.job_id for c in records),
+            tuple(c.attempt_index for c in records),
+            tuple(c.cycle_number for c in records),
+            tuple(to_us(c.start) for c in records),
+            tuple(None if c.end is None else to_us(c.end) for c in records),
+        )
+
+    def first_key(self) -> tuple[int, int, int, str]:
+        return (self.starts[0], self.attempts[0], self.numbers[0], self.jobs[0])
+
+    def last_key(self) -> tuple[int, int, int, str]:
+        return (self.starts[-1], self.attempts[-1], self.numbers[-1], self.jobs[-1])
+
+
+class CycleBlock:
+    """A run of cycles in order: its columns always, its records on demand. The cycle cache
+    hands out an unchanged directory as a block whose records are built only when something
+    asks for them (a detector looking at that generation), so a warm pass over 100,000 files
+    builds a record for the current generation's cycles, not for every file."""
+
+    __slots__ = ("_load", "_records", "columns")
+
+    def __init__(
+        self,
+        columns: CycleColumns,
+        load: Callable[[], Sequence[CycleInfo]] | None = None,
+        records: Sequence[CycleInfo] | None = None,
+    ) -> None:
+        self.columns = columns
+        self._load = load
+        self._records: tuple[CycleInfo, ...] | None = None if records is None else tuple(records)
+
+    @classmethod
+    def of(cls, records: Sequence[CycleInfo]) -> CycleBlock:
+        return cls(CycleColumns.of(records), records=records)
+
+    def __len__(self) -> int:
+        return len(self.columns.starts)
+
+    @property
+    def loaded(self) -> bool:
+        return self._records is not None
+
+    def records(self) -> tuple[CycleInfo, ...]:
+        if self._records is None:
+            assert self._load is not None
+            records = tuple(self._load())
+            if len(records) != len(self):
+                raise ValueError(f"a block of {len(self)} cycles loaded {len(records)} records")
+            self._records = records
+        return self._records
+
+
+class Cycles(Sequence[CycleInfo]):
+    """A chain's cycles, deduplicated by key and sorted by (start, attempt, cycle): a sequence
+    of `CycleInfo` made of blocks (in order, not overlapping) whose records are built only when
+    indexed or iterated. What every cycle is needed for (goodput, the fleet's failures, counter
+    highs) reads the columns instead (`times`, `highs`, `ended_since`)."""
+
+    __slots__ = ("_offsets", "blocks")
+
+    def __init__(self, blocks: Iterable[CycleBlock] = ()) -> None:
+        self.blocks = tuple(b for b in blocks if len(b))
+        self._offsets = list(itertools.accumulate(len(b) for b in self.blocks))
+
+    @classmethod
+    def of(cls, records: Iterable[CycleInfo]) -> Cycles:
+        """Records already in order, as one block."""
+        return cls([CycleBlock.of(tuple(records))])
+
+    def __len__(self) -> int:
+        return self._offsets[-1] if self._offsets else 0
+
+    @overload
+    def __getitem__(self, index: int) -> CycleInfo: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[CycleInfo, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> CycleInfo | tuple[CycleInfo, ...]:
+        n = len(self)
+        if isinstance(index, slice):
+            start, stop, step = index.indices(n)
+            return tuple(self[i] for i in range(start, stop, step))
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError("cycle index out of range")
+        b = bisect.bisect_right(self._offsets, index)
+        return self.blocks[b].records()[index - (self._offsets[b - 1] if b else 0)]
+
+    def __iter__(self) -> Iterator[CycleInfo]:
+        for block in self.blocks:
+            yield from block.records()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Cycles | tuple | list):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Cycles({len(self)} cycles in {len(self.blocks)} blocks)"
+
+    def of_job(self, job_id: str) -> list[CycleInfo]:
+        """The cycles of one generation; builds the records of the blocks that hold it only."""
+        return [
+            c
+            for b in self.blocks
+            if job_id in b.columns.jobs
+            for c in b.records()
+            if c.job_id == job_id
+        ]
+
+    def times(self) -> Iterator[tuple[str, int, int | None]]:
+        """(job, start, end) of every cycle in order, in microseconds since the epoch."""
+        for block in self.blocks:
+            c = block.columns
+            yield from zip(c.jobs, c.starts, c.ends, strict=True)
+
+    def highs(self) -> dict[str, int]:
+        """The highest cycle number of each generation attempt (`<job>.<attempt>`)."""
+        out: dict[str, int] = {}
+        for block in self.blocks:
+            c = block.columns
+            for job, attempt, number in zip(c.jobs, c.attempts, c.numbers, strict=True):
+                scope = f"{job}.{attempt}"
+                if number > out.get(scope, -1):
+                    out[scope] = number
+        return out
+
+    def ended_since(self, cutoff_us: int) -> list[tuple[CycleInfo, bool]]:
+        """The cycles that ended at or after `cutoff_us`, each with whether it was its
+        generation's last cycle. Blocks with no such end build no record."""
+        hits: list[int] = []
+        base = 0
+        for block in self.blocks:
+            ends = block.columns.ends
+            if any(e is not None and e >= cutoff_us for e in ends):
+                hits += [base + i for i, e in enumerate(ends) if e is not None and e >= cutoff_us]
+            base += len(block)
+        if not hits:
+            return []
+        last: dict[str, int] = {}
+        for i, (job, _, _) in enumerate(self.times()):
+            last[job] = i
+        return [(self[i], last[self[i].job_id] == i) for i in hits]
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +403,7 @@ class Snapshot:
     observed_at: datetime
     host: str
     chain: ChainRef
-    cycles: tuple[CycleInfo, ...]  # deduplicated by key, sorted by (start, attempt, cycle)
+    cycles: Cycles  # deduplicated by key, sorted by (start, attempt, cycle); a tuple is wrapped
     checkpoint: Checkpoint
     platform: Platform | None
     skipped: tuple[SkippedFile, ...] = ()
@@ -228,6 +412,10 @@ class Snapshot:
     # see the cycle files is as blind as one that cannot see Slurm.
     cycles_blind: str | None = None
     counter_drops: tuple[CounterDrop, ...] = ()  # against the highest values the state saw
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.cycles, Cycles):
+            object.__setattr__(self, "cycles", Cycles.of(self.cycles))
 
     @property
     def latest(self) -> CycleInfo | None:
@@ -239,7 +427,7 @@ class Snapshot:
         return self.latest.job_id if self.latest else None
 
     def cycles_of(self, job_id: str) -> list[CycleInfo]:
-        return [c for c in self.cycles if c.job_id == job_id]
+        return self.cycles.of_job(job_id)
 
 
 @dataclass(frozen=True, slots=True)

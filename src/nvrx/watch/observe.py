@@ -26,12 +26,14 @@ from nvrx.watch.cycles import NOT_CYCLE_FILE_REASONS, ROUTINE_SKIP_REASONS, read
 from nvrx.watch.model import (
     Checkpoint,
     CycleInfo,
+    Cycles,
     Generation,
     GenerationSpan,
     Platform,
     SkippedFile,
     Snapshot,
     TaskZeroEnding,
+    to_us,
 )
 from nvrx.watch.resolve import Target
 from nvrx.watch.state import WatchState
@@ -258,10 +260,12 @@ def observe(
     """The chain's snapshot; `platform` when a fleet pass already asked Slurm for it."""
     now = now or datetime.now(UTC)
     cycles, skipped, stats = read_cycles(list(target.cycle_globs), cache)
-    future = [c for c in cycles if (c.start - now).total_seconds() > FUTURE_TOLERANCE]
-    if future:
+    limit = to_us(now) + int(FUTURE_TOLERANCE * 1e6)
+    future: list[CycleInfo] = []
+    if any(b.columns.starts[-1] > limit for b in cycles.blocks):  # blocks are sorted by start
         # A writer whose clock runs ahead must not own "the latest cycle" (nor start storms).
-        cycles = [c for c in cycles if c not in future]
+        future = [c for c in cycles if to_us(c.start) > limit]
+        cycles = Cycles.of(c for c in cycles if to_us(c.start) <= limit)
         skipped += [
             SkippedFile(c.path, "start time in the future (the writer's clock ahead?)")
             for c in future
@@ -277,7 +281,7 @@ def observe(
         observed_at=now,
         host=host,
         chain=target.chain,
-        cycles=tuple(cycles),
+        cycles=cycles,
         checkpoint=checkpoint,
         platform=platform,
         # The .current pointer of every generation is skipped on every pass: not news.
@@ -289,7 +293,7 @@ def observe(
     )
 
 
-def _blind_reader(cycles: list[CycleInfo], skipped: list[SkippedFile], unusable: int) -> str | None:
+def _blind_reader(cycles: Cycles, skipped: list[SkippedFile], unusable: int) -> str | None:
     """Cycle files exist but not one could be used (a format this reader does not know, every
     file truncated or unreadable, every start in the future): the watcher sees nothing, and
     must not call that healthy."""

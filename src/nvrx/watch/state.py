@@ -19,7 +19,7 @@ from typing import Any
 
 from nvrx.files import InputError, read_bounded, write_atomic
 from nvrx.slurm.states import ExitStatus, JobState
-from nvrx.watch.model import CounterDrop, CycleInfo, GenerationSpan, SaveSeen
+from nvrx.watch.model import CounterDrop, CycleInfo, Cycles, GenerationSpan, SaveSeen
 
 SCHEMA = 1
 _ADVANCES_KEPT = 12
@@ -117,10 +117,7 @@ class WatchState:
                 drops.append(CounterDrop("checkpoint", "iteration", high, checkpoint))
             else:
                 self.checkpoint_high = checkpoint
-        latest: dict[str, int] = {}
-        for c in cycles:
-            scope = f"{c.job_id}.{c.attempt_index}"
-            latest[scope] = max(latest.get(scope, c.cycle_number), c.cycle_number)
+        latest = (cycles if isinstance(cycles, Cycles) else Cycles.of(cycles)).highs()
         for scope, number in sorted(latest.items()):
             high = self.cycle_high.get(scope)
             if high is not None and number < high:

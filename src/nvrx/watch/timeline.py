@@ -124,7 +124,7 @@ def timeline_page(result: PassResult) -> str:
     snap = result.snapshot
     chain = snap.chain
     name = chain.name or "(cycle files only)"
-    cycles = list(snap.cycles)[-MAX_CYCLES:]
+    cycles = list(snap.cycles[-MAX_CYCLES:])
     body = [f"<h1>nvrx watch timeline: {escape(name)}</h1>"]
     body.append(
         f"<p>Seen {escape(snap.observed_at.isoformat(timespec='seconds'))} from "

@@ -14,27 +14,24 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from nvrx.config import WatchSettings
-from nvrx.watch.model import CycleInfo, Finding, Severity, Snapshot, ended_cleanly
+from nvrx.watch.model import CycleInfo, Finding, Severity, Snapshot, ended_cleanly, to_us
 
 FleetDetector = Callable[[Sequence[Snapshot], WatchSettings], list[Finding]]
 
 
 def failed_cycles(snap: Snapshot, window: float) -> list[CycleInfo]:
-    """The chain's cycles that ended in a failure within `window` seconds before the pass."""
-    out: list[CycleInfo] = []
-    by_job: dict[str, list[CycleInfo]] = {}
-    for cycle in snap.cycles:
-        by_job.setdefault(cycle.job_id, []).append(cycle)
+    """The chain's cycles that ended in a failure within `window` seconds before the pass (read
+    from the columns: only the blocks with an end in the window build their records)."""
     platform = snap.platform
-    for job, cycles in by_job.items():
-        ending = platform.ending(job) if platform is not None else None
-        lost = ending is not None and not ended_cleanly(ending.state, ending.exit)
-        last = len(cycles) - 1
-        for i, cycle in enumerate(cycles):
-            if cycle.end is None or (snap.observed_at - cycle.end).total_seconds() > window:
-                continue
-            if i < last or lost:  # restarted, or its generation did not end cleanly
-                out.append(cycle)
+    lost: dict[str, bool] = {}
+    out: list[CycleInfo] = []
+    for cycle, last in snap.cycles.ended_since(to_us(snap.observed_at) - int(window * 1e6)):
+        job = cycle.job_id
+        if job not in lost:
+            ending = platform.ending(job) if platform is not None else None
+            lost[job] = ending is not None and not ended_cleanly(ending.state, ending.exit)
+        if not last or lost[job]:  # restarted, or its generation did not end cleanly
+            out.append(cycle)
     return out
 
 
