@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import errno
 import importlib.util
 import json
@@ -780,12 +781,24 @@ def test_a_corrupt_or_old_cache_starts_empty(tmp_path: Path, content: bytes) -> 
     assert len(CycleCache(cache_path)) == 2  # and the next pass has a good cache again
 
 
+def rows_of(record: dict[str, Any]) -> list[Any]:
+    """A record's rows as stored: base64 of zlib of JSON."""
+    rows: list[Any] = json.loads(zlib.decompress(base64.b64decode(record["rows"])))
+    return rows
+
+
 def _respell_rows(record: dict[str, Any], change: Callable[[list[Any]], Any]) -> None:
     """Change a record's rows and keep its crc right: junk the crc cannot catch."""
-    rows = json.loads(record["rows"])
+    rows = rows_of(record)
     change(rows)
-    record["rows"] = json.dumps(rows)
+    record["rows"] = base64.b64encode(zlib.compress(json.dumps(rows).encode())).decode()
     record["crc"] = zlib.crc32(record["rows"].encode())
+
+
+def _damage(record: dict[str, Any]) -> None:
+    """One character of the stored rows changed: what the crc is for."""
+    text = record["rows"]
+    record["rows"] = ("B" if text[0] == "A" else "A") + text[1:]
 
 
 @pytest.mark.parametrize(
@@ -794,7 +807,7 @@ def _respell_rows(record: dict[str, Any], change: Callable[[list[Any]], Any]) ->
         lambda r: r["start"].__setitem__(0, "2025-02-05T10:00:00Z"),  # a time as text
         lambda r: r["attempt"].__setitem__(0, "0"),  # attempt_index as a string
         lambda r: r["end"].pop(),  # columns of different lengths
-        lambda r: r.__setitem__("rows", r["rows"].replace("node", "nude")),  # damage: crc
+        _damage,
         lambda r: _respell_rows(r, lambda rows: rows[0].__setitem__(4, "node[1-")),  # hostlist
         lambda r: _respell_rows(r, lambda rows: rows[0].pop()),  # a short row
         lambda r: r.clear(),
@@ -870,7 +883,8 @@ def test_cache_file_format(tmp_path: Path) -> None:
         "0-4",  # active_ranks
         0,  # write_count (the file's generation field)
     ]
-    rows = json.dumps([row], separators=(",", ":"))
+    rows = data["dirs"][str(tmp_path / "d" / "cycle_info.*")]["rows"]
+    assert rows_of({"rows": rows}) == [row]
     assert data == {
         "schema": "nvrx.watch.cycles-cache/3",
         "dirs": {
@@ -883,7 +897,7 @@ def test_cache_file_format(tmp_path: Path) -> None:
                 "end": [None],  # open
                 "open": [[0, st.st_mtime_ns, st.st_size, st.st_ino]],
                 "rows": rows,
-                "crc": zlib.crc32(rows.encode()),
+                "crc": zlib.crc32(rows.encode()),  # of the stored text
             }
         },
     }
@@ -1176,7 +1190,7 @@ def test_a_damaged_record_of_an_unchanged_directory_makes_it_read_again(tmp_path
     data = json.loads(cache_path.read_text())
     (record,) = data["dirs"].values()
     assert record["listed"] is not None
-    record["rows"] = record["rows"].replace("node", "nude")  # what the crc is for
+    _damage(record)
     cache_path.write_text(json.dumps(data))
     again, _, stats = read_cycles([pattern], CycleCache(cache_path))
     assert stats.parsed == 3 and again == first

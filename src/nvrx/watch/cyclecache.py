@@ -4,14 +4,16 @@ and, for a directory that did not change, neither lists it nor builds a record p
 
 One record per directory (and file-name glob). Its cycles are stored twice over: as columns
 (job, attempt, cycle number, start, end), which is all a pass needs of an old generation
-(goodput, failures within the fleet window, counter highs), and as one JSON text of the rest of
-each file (stat, log file, hostlists, ranks, rewrite count), decoded only when something asks
-for that generation's records. Decoding 100,000 full entries on every pass was most of a warm
-fleet pass; the columns alone cost a tenth of it.
+(goodput, failures within the fleet window, counter highs), and as one compressed JSON text
+of the rest of each file (stat, log file, hostlists, ranks, rewrite count), decoded only when
+something asks for that generation's records. Decoding 100,000 full entries on every pass was
+most of a warm fleet pass; the columns alone cost a tenth of it.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 import time
@@ -63,6 +65,10 @@ def _stamp(st: os.stat_result) -> Stat:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
+def _crc(text: str) -> int:
+    return zlib.crc32(text.encode("ascii", "replace"))
+
+
 def _all(values: Sequence[Any], *types: type) -> bool:
     return set(map(type, values)) <= set(types)
 
@@ -99,8 +105,8 @@ class CycleCache:
             "listed": [dir_mtime_ns, dir_ino, listed_at_ns] | null,
             "job": [...], "attempt": [...], "cycle": [...], "start": [...], "end": [...],
             "open": [[row, mtime_ns, size, ino], ...],
-            "rows": "<JSON text of [[mtime_ns, size, ino, log_file, active, standby, ranks,
-                     write_count], ...]>",
+            "rows": base64 of zlib of the JSON text of [[mtime_ns, size, ino, log_file,
+                    active, standby, ranks, write_count], ...],
             "crc": crc32 of "rows"}}}
 
     Rows are in (start, attempt, cycle) order. Why a file's parse can be reused: cycle files
@@ -133,6 +139,7 @@ class CycleCache:
         self.racy_ns = int(racy_seconds * 1_000_000_000)
         self.load_error: str | None = None
         self._dirs: dict[str, Any] = {}
+        self._sound: dict[str, tuple[dict[str, Any], CycleColumns]] = {}  # checked this pass
         self._dirty = False
         self._load()
 
@@ -186,17 +193,17 @@ class CycleCache:
         self._dirs = dirs
 
     def _record(self, key: str) -> tuple[dict[str, Any], CycleColumns] | None:
+        sound = self._sound.get(key)
+        if sound is not None and sound[0] is self._dirs.get(key):
+            return sound
         record = self._dirs.get(key)
         if type(record) is not dict:
             return None
         cols = _columns(record)
         rows = record.get("rows")
-        if (
-            cols is None
-            or type(rows) is not str
-            or record.get("crc") != zlib.crc32(rows.encode("utf-8", "surrogatepass"))
-        ):
+        if cols is None or type(rows) is not str or record.get("crc") != _crc(rows):
             return None
+        self._sound[key] = (record, cols)
         return record, cols
 
     def unchanged(self, directory: str, dst: os.stat_result, name_glob: str) -> CycleColumns | None:
@@ -243,7 +250,10 @@ class CycleCache:
         if found is None:
             raise ValueError(f"cycle cache: no sound record for {directory}")
         record, cols = found
-        rows = json.loads(record["rows"])
+        try:
+            rows = json.loads(zlib.decompress(base64.b64decode(record["rows"], validate=True)))
+        except (binascii.Error, zlib.error, ValueError, RecursionError) as exc:
+            raise ValueError(f"cycle cache: the rows of {directory} do not decode: {exc}") from None
         if (
             type(rows) is not list
             or len(rows) != len(cols.starts)
@@ -290,7 +300,8 @@ class CycleCache:
         )
         trusted = complete and len(kept) == len(files) and now - dst.st_mtime_ns >= self.racy_ns
         key = record_key(directory, name_glob)
-        rows_text = json.dumps([[*s, *f[5:]] for s, f in kept], separators=(",", ":"))
+        rows_json = json.dumps([[*s, *f[5:]] for s, f in kept], separators=(",", ":"))
+        rows_text = base64.b64encode(zlib.compress(rows_json.encode("utf-8", "surrogatepass")))
         record: dict[str, Any] = {
             "job": [f[0] for _, f in kept],
             "attempt": [f[1] for _, f in kept],
@@ -298,8 +309,8 @@ class CycleCache:
             "start": [f[3] for _, f in kept],
             "end": [f[4] for _, f in kept],
             "open": [[i, *s] for i, (s, f) in enumerate(kept) if f[4] is None],
-            "rows": rows_text,
-            "crc": zlib.crc32(rows_text.encode("utf-8", "surrogatepass")),
+            "rows": rows_text.decode("ascii"),
+            "crc": zlib.crc32(rows_text),
         }
         previous = self._dirs.get(key)
         listed = previous.get("listed") if type(previous) is dict else None
