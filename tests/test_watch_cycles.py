@@ -741,7 +741,7 @@ def test_a_deleted_file_drops_out_of_results_and_cache(tmp_path: Path) -> None:
     assert str(paths[0]) not in cache and str(paths[1]) in cache
     assert stats.cache_written
     (record,) = json.loads(cache_path.read_text())["dirs"].values()
-    assert record["cycle"] == [1, 2]
+    assert unpack(record["cols"])[2] == [1, 2]  # the cycle numbers
 
 
 def test_a_removed_generation_directory_drops_its_entries(tmp_path: Path) -> None:
@@ -781,18 +781,17 @@ def test_a_corrupt_or_old_cache_starts_empty(tmp_path: Path, content: bytes) -> 
     assert len(CycleCache(cache_path)) == 2  # and the next pass has a good cache again
 
 
-def rows_of(record: dict[str, Any]) -> list[Any]:
-    """A record's rows as stored: base64 of zlib of JSON."""
-    rows: list[Any] = json.loads(zlib.decompress(base64.b64decode(record["rows"])))
-    return rows
+def unpack(text: str) -> Any:
+    """A packed part of a cache record: base64 of zlib of JSON."""
+    return json.loads(zlib.decompress(base64.b64decode(text)))
 
 
-def _respell_rows(record: dict[str, Any], change: Callable[[list[Any]], Any]) -> None:
-    """Change a record's rows and keep its crc right: junk the crc cannot catch."""
-    rows = rows_of(record)
-    change(rows)
-    record["rows"] = base64.b64encode(zlib.compress(json.dumps(rows).encode())).decode()
-    record["crc"] = zlib.crc32(record["rows"].encode())
+def _respell(record: dict[str, Any], part: str, change: Callable[[Any], Any]) -> None:
+    """Change a record's columns or rows and keep its crc right: junk the crc cannot catch."""
+    value = unpack(record[part])
+    change(value)
+    record[part] = base64.b64encode(zlib.compress(json.dumps(value).encode())).decode()
+    record["crc"] = zlib.crc32(f"{record['cols']}\n{record['rows']}".encode())
 
 
 def _damage(record: dict[str, Any]) -> None:
@@ -804,12 +803,14 @@ def _damage(record: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     "spoil",
     [
-        lambda r: r["start"].__setitem__(0, "2025-02-05T10:00:00Z"),  # a time as text
-        lambda r: r["attempt"].__setitem__(0, "0"),  # attempt_index as a string
-        lambda r: r["end"].pop(),  # columns of different lengths
+        lambda r: _respell(r, "cols", lambda c: c[3].__setitem__(0, "2025-02-05T10:00:00Z")),
+        lambda r: _respell(r, "cols", lambda c: c[1].__setitem__(0, "0")),  # attempt as text
+        lambda r: _respell(r, "cols", lambda c: c[4].pop()),  # columns of different lengths
+        lambda r: _respell(r, "cols", lambda c: c[0].__setitem__(0, "4243")),  # not its summary
         _damage,
-        lambda r: _respell_rows(r, lambda rows: rows[0].__setitem__(4, "node[1-")),  # hostlist
-        lambda r: _respell_rows(r, lambda rows: rows[0].pop()),  # a short row
+        lambda r: _respell(r, "rows", lambda rows: rows[0].__setitem__(4, "node[1-")),  # hostlist
+        lambda r: _respell(r, "rows", lambda rows: rows[0].pop()),  # a short row
+        lambda r: r["summary"].__setitem__("count", "1"),
         lambda r: r.clear(),
     ],
 )
@@ -828,7 +829,7 @@ def test_a_corrupt_cache_record_is_a_miss(
     assert found[0].start == datetime(2025, 2, 5, 10, tzinfo=UTC)
     assert found[0].attempt_index == 0 and found[0].active_nodes[0] == "node001"
     (repaired,) = json.loads(cache_path.read_text())["dirs"].values()
-    assert repaired["start"] == [to_us(datetime(2025, 2, 5, 10, tzinfo=UTC))]
+    assert unpack(repaired["cols"])[3] == [to_us(datetime(2025, 2, 5, 10, tzinfo=UTC))]
 
 
 def test_a_missing_cache_file_is_not_an_error(tmp_path: Path) -> None:
@@ -883,21 +884,27 @@ def test_cache_file_format(tmp_path: Path) -> None:
         "0-4",  # active_ranks
         0,  # write_count (the file's generation field)
     ]
-    rows = data["dirs"][str(tmp_path / "d" / "cycle_info.*")]["rows"]
-    assert rows_of({"rows": rows}) == [row]
+    record = data["dirs"][str(tmp_path / "d" / "cycle_info.*")]
+    assert unpack(record["cols"]) == [["4242"], [0], [0], [start], [None]]
+    assert unpack(record["rows"]) == [row]
     assert data == {
-        "schema": "nvrx.watch.cycles-cache/3",
+        "schema": "nvrx.watch.cycles-cache/4",
         "dirs": {
             str(tmp_path / "d" / "cycle_info.*"): {
                 "listed": None,  # the directory changed just now: not trusted as unchanged yet
-                "job": ["4242"],
-                "attempt": [0],
-                "cycle": [0],
-                "start": [start],  # microseconds since the epoch
-                "end": [None],  # open
-                "open": [[0, st.st_mtime_ns, st.st_size, st.st_ino]],
-                "rows": rows,
-                "crc": zlib.crc32(rows.encode()),  # of the stored text
+                "summary": {
+                    "count": 1,
+                    "first": [start, 0, 0, "4242"],  # start (us since the epoch), attempt, ...
+                    "last": [start, 0, 0, "4242"],
+                    "jobs": {"4242": start},  # each job's first start
+                    "highs": [["4242", 0, 0]],  # each attempt's highest cycle number
+                    "open": 1,
+                    "ends": [None, None],  # earliest and latest end: none yet
+                },
+                "open": [["cycle_info.4242.0.0", st.st_mtime_ns, st.st_size, st.st_ino]],
+                "cols": record["cols"],
+                "rows": record["rows"],
+                "crc": zlib.crc32(f"{record['cols']}\n{record['rows']}".encode()),
             }
         },
     }
@@ -1078,7 +1085,7 @@ def test_an_unchanged_directory_is_listed_again_after_the_listing_ttl(
     [
         lambda r: r["listed"].__setitem__(2, "not a stamp"),
         lambda r: r.__setitem__("listed", [1, 2]),
-        lambda r: r.__setitem__("open", [["x", 1, 2, 3]]),  # the closed cycles are not open
+        lambda r: r.__setitem__("open", [["cycle_info.101.0.0", 1, 2, 3]]),  # none is open
         lambda r: r.__setitem__("open", "none"),
     ],
 )

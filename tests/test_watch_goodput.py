@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from nvrx.slurm.states import JobState
-from nvrx.watch.goodput import CATEGORIES, goodput
-from nvrx.watch.model import CycleInfo, GenerationSpan, SaveSeen
+from nvrx.slurm.states import ExitStatus, JobState
+from nvrx.watch.goodput import CATEGORIES, Shares, goodput
+from nvrx.watch.model import CycleInfo, Cycles, GenerationSpan, SaveSeen
 from nvrx.watch.state import WatchState, load_state, save_state
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
@@ -171,3 +172,81 @@ def test_a_generation_that_cancelled_itself_after_exit_0_ended_cleanly() -> None
     assert goodput(cycles, [clean], [], t(200)).seconds["productive"] == 90
     failed = goodput(cycles, [killed], [], t(200)).seconds
     assert failed["unknown"] == 90 and failed["restart_overhead"] == 5  # torn down after it
+
+
+# --- what a warm pass remembers: each unchanged generation's share -----------------------------
+
+
+def unchanged_generations(tmp_path: Path) -> tuple[Callable[[], Cycles], Cycles]:
+    """Three generations of four one-minute cycles a minute apart, each in its own directory,
+    old enough for the cycle cache to trust; (a warm read, a read without any cache)."""
+    from nvrx.watch.cyclecache import CycleCache
+    from nvrx.watch.cycles import read_cycles
+
+    from .test_watch_cycles import _age, write
+
+    root = tmp_path / "w"
+    for g, job in enumerate(["101", "102", "103"]):
+        directory = root / job / "cycle_infos"
+        for i in range(4):
+            begin = T0 + timedelta(minutes=10 * g + 2 * i)
+            _age(write(directory, job=job, cycle=i, generation="1",
+                       start=begin.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                       end=(begin + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")))  # fmt: skip
+        _age(directory)
+    pattern = [str(root / "*" / "cycle_infos" / "cycle_info.*")]
+    cache = tmp_path / "cache.json"
+    read_cycles(pattern, CycleCache(cache))
+    return (lambda: read_cycles(pattern, CycleCache(cache))[0]), read_cycles(pattern, None)[0]
+
+
+SPANS = [
+    GenerationSpan(job, t(600 * g - 30), t(600 * g + 480), JobState.FAILED)
+    for g, job in enumerate(["101", "102", "103"])
+]
+
+
+def test_a_closed_unchanged_generation_is_summed_once_then_remembered(tmp_path: Path) -> None:
+    warm, uncached = unchanged_generations(tmp_path)
+    saves = [SaveSeen(10, t(90), t(1800))]
+    shares: Shares = {}
+    first = goodput(warm(), SPANS, saves, t(1800), None, shares)
+    assert len(shares) == 3  # one per closed block of an unchanged directory
+    assert first == goodput(list(uncached), SPANS, saves, t(1800))  # the same figures
+    again = warm()  # the next pass
+    for block in again.blocks:
+        block._load_columns = None  # a remembered share must not decode the columns
+    assert goodput(again, SPANS, saves, t(1800), None, shares) == first
+
+
+def test_a_remembered_share_is_not_reused_once_what_it_depends_on_changed(tmp_path: Path) -> None:
+    read, uncached = unchanged_generations(tmp_path)
+    warm = read()
+    spans = list(SPANS)
+    shares: Shares = {}
+    before = goodput(warm, spans, [], t(1800), None, shares)
+    assert before.seconds["progress_lost"] == 0  # no save proven: the failures are unknown
+    # A later pass proves a save at 100 s held until the end: the first generation's failed
+    # cycles lost only what they did after it.
+    saves = [SaveSeen(10, t(100), t(1800))]
+    after = goodput(warm, spans, saves, t(1800), None, shares)
+    assert after == goodput(list(uncached), spans, saves, t(1800))
+    assert after.seconds["progress_lost"] > 0 and after != before
+    # So does an ending that accounting changed, and the next generation appearing.
+    spans[0] = GenerationSpan("101", t(-30), t(480), JobState.COMPLETED, ExitStatus(0, 0))
+    assert goodput(warm, spans, saves, t(1800), None, shares) == goodput(
+        list(uncached), spans, saves, t(1800)
+    )
+
+
+def test_remembered_shares_survive_the_state_file_and_junk_is_dropped(tmp_path: Path) -> None:
+    state = WatchState(goodput_shares={"/w/101/cycle_infos/cycle_info.*@0000abcd": [
+        ["other", [["101", [True, False, 5]]], [[1, 2]], 7], [1, 2, 3, 4, 5]]})  # fmt: skip
+    save_state(state, tmp_path / "state.json")
+    assert load_state(tmp_path / "state.json").goodput_shares == state.goodput_shares
+    raw = json.loads((tmp_path / "state.json").read_text())
+    raw["goodput_shares"] = {"a": [[], [1, 2, "3", 4, 5]], "b": "junk", "c": [[], [1, 2, 3, 4, 5]]}
+    (tmp_path / "state.json").write_text(json.dumps(raw))
+    assert list(load_state(tmp_path / "state.json").goodput_shares) == ["c"]
+    state.keep_shares(set())
+    assert state.goodput_shares == {}

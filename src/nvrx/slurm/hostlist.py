@@ -7,6 +7,7 @@ intersect them many times per pass.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import Iterable
@@ -103,8 +104,15 @@ def compress(hosts: Iterable[str]) -> str:
     'gpu[01-02],login,n[1-3]'
 
     Zero padding is kept: numbers are grouped by prefix and by padded width, so `n01` and `n1`
-    never merge into one range.
+    never merge into one range. A tuple is remembered: a watch pass names the same few node sets
+    (a cycle's, shared by all its restarts) again and again.
     """
+    if isinstance(hosts, tuple):
+        return _compress_tuple(hosts)
+    return _compress(hosts)
+
+
+def _compress(hosts: Iterable[str]) -> str:
     groups: dict[tuple[str, int], set[int]] = {}
     plain: set[str] = set()
     for host in hosts:
@@ -148,3 +156,8 @@ def compress(hosts: Iterable[str]) -> str:
             text = prefix + "[" + ",".join(_format_run(lo, hi, width) for lo, hi in runs) + "]"
         items.append((prefix + str(ordered[0]).zfill(width), text))
     return ",".join(text for _, text in sorted(items))
+
+
+@functools.lru_cache(maxsize=512)
+def _compress_tuple(hosts: tuple[str, ...]) -> str:
+    return _compress(hosts)

@@ -2,12 +2,16 @@
 in the watcher's own state directory, so a pass over 100,000 unchanged files reads one JSON file
 and, for a directory that did not change, neither lists it nor builds a record per file.
 
-One record per directory (and file-name glob). Its cycles are stored twice over: as columns
-(job, attempt, cycle number, start, end), which is all a pass needs of an old generation
-(goodput, failures within the fleet window, counter highs), and as one compressed JSON text
-of the rest of each file (stat, log file, hostlists, ranks, rewrite count), decoded only when
-something asks for that generation's records. Decoding 100,000 full entries on every pass was
-most of a warm fleet pass; the columns alone cost a tenth of it.
+One record per directory (and file-name glob), in three layers: a summary (count, order keys,
+each job's first start, each attempt's highest cycle, the range of ends), which is all a pass
+needs of an old generation; the columns (job, attempt, cycle number, start, end), decoded when
+goodput has no remembered share for the directory or the fleet window reaches into it; and the
+rest of each file (stat, log file, hostlists, ranks, rewrite count), decoded only when
+something asks for that generation's records. The two last are compressed JSON texts. Decoding
+100,000 full entries on every pass was most of a warm fleet pass.
+
+One module: the record format, its checks and the decisions to trust a directory without listing
+it are one contract, and they change together.
 """
 
 from __future__ import annotations
@@ -23,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from nvrx.files import write_atomic
-from nvrx.watch.model import CycleColumns
+from nvrx.watch.model import BlockSummary, CycleColumns, Key
 
-CACHE_SCHEMA = "nvrx.watch.cycles-cache/3"
+CACHE_SCHEMA = "nvrx.watch.cycles-cache/4"
 # An unchanged directory is listed again at least this often, whatever its mtime says.
 LISTING_TTL_NS = 3600 * 1_000_000_000
 # The fields of one cached file (`cycleformat.parse_record` returns them, `info_from_fields`
@@ -65,28 +69,37 @@ def _stamp(st: os.stat_result) -> Stat:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
-def _crc(text: str) -> int:
-    return zlib.crc32(text.encode("ascii", "replace"))
+def _crc(cols: str, rows: str) -> int:
+    return zlib.crc32(f"{cols}\n{rows}".encode("ascii", "replace"))
+
+
+def _pack(value: Any) -> str:
+    text = json.dumps(value, separators=(",", ":"))
+    return base64.b64encode(zlib.compress(text.encode("utf-8", "surrogatepass"))).decode("ascii")
+
+
+def _unpack(text: str, what: str) -> Any:
+    try:
+        return json.loads(zlib.decompress(base64.b64decode(text, validate=True)))
+    except (binascii.Error, zlib.error, ValueError, RecursionError) as exc:
+        raise ValueError(f"cycle cache: {what} do not decode: {exc}") from None
 
 
 def _all(values: Sequence[Any], *types: type) -> bool:
     return set(map(type, values)) <= set(types)
 
 
-def _columns(record: dict[str, Any]) -> CycleColumns | None:
-    """A record's columns, checked (types, lengths, order), or None."""
-    jobs, attempts, numbers, starts, ends = (record.get(name) for name in COLUMNS)
-    if not (
-        type(jobs) is list
-        and type(attempts) is list
-        and type(numbers) is list
-        and type(starts) is list
-        and type(ends) is list
-    ):
+def _columns(raw: Any) -> CycleColumns | None:
+    """Decoded columns, checked (types, lengths, order), or None."""
+    if type(raw) is not list or len(raw) != len(COLUMNS):
+        return None
+    jobs, attempts, numbers, starts, ends = raw
+    if not all(type(c) is list for c in raw):
         return None
     n = len(starts)
     if (
         not len(jobs) == len(attempts) == len(numbers) == len(ends) == n
+        or n == 0
         or not _all(jobs, str)
         or not _all(attempts, int)
         or not _all(numbers, int)
@@ -98,18 +111,84 @@ def _columns(record: dict[str, Any]) -> CycleColumns | None:
     return CycleColumns(jobs, attempts, numbers, starts, ends)
 
 
+def _key(raw: Any) -> Key | None:
+    if (
+        type(raw) is list
+        and len(raw) == 4
+        and type(raw[0]) is int
+        and type(raw[1]) is int
+        and type(raw[2]) is int
+        and type(raw[3]) is str
+    ):
+        return (raw[0], raw[1], raw[2], raw[3])
+    return None
+
+
+def _end(raw: Any) -> bool:
+    return raw is None or type(raw) is int
+
+
+def _summary(raw: Any) -> BlockSummary | None:
+    """A stored summary, checked, or None (a miss)."""
+    if type(raw) is not dict:
+        return None
+    count, first, last = raw.get("count"), _key(raw.get("first")), _key(raw.get("last"))
+    jobs, highs, opened, ends = raw.get("jobs"), raw.get("highs"), raw.get("open"), raw.get("ends")
+    if (
+        type(count) is not int
+        or count < 1
+        or first is None
+        or last is None
+        or type(jobs) is not dict
+        or not all(type(v) is int for v in jobs.values())
+        or type(highs) is not list
+        or not all(
+            type(h) is list
+            and len(h) == 3
+            and type(h[0]) is str
+            and type(h[1]) is int
+            and type(h[2]) is int
+            for h in highs
+        )
+        or type(opened) is not int
+        or not (type(ends) is list and len(ends) == 2 and _end(ends[0]) and _end(ends[1]))
+    ):
+        return None
+    return BlockSummary(
+        count, first, last, jobs, {(h[0], h[1]): h[2] for h in highs}, opened, ends[0], ends[1]
+    )
+
+
+def _summary_json(summary: BlockSummary) -> dict[str, Any]:
+    return {
+        "count": summary.count,
+        "first": list(summary.first),
+        "last": list(summary.last),
+        "jobs": summary.job_starts,
+        "highs": [[job, attempt, n] for (job, attempt), n in summary.highs.items()],
+        "open": summary.open,
+        "ends": [summary.min_end, summary.max_end],
+    }
+
+
 class CycleCache:
     """Directory records, persisted as one JSON file:
 
         {"schema": CACHE_SCHEMA, "dirs": {record_key: {
             "listed": [dir_mtime_ns, dir_ino, listed_at_ns] | null,
-            "job": [...], "attempt": [...], "cycle": [...], "start": [...], "end": [...],
-            "open": [[row, mtime_ns, size, ino], ...],
-            "rows": base64 of zlib of the JSON text of [[mtime_ns, size, ino, log_file,
-                    active, standby, ranks, write_count], ...],
-            "crc": crc32 of "rows"}}}
+            "summary": {"count": n, "first": key, "last": key, "jobs": {job: first start},
+                        "highs": [[job, attempt, highest cycle], ...], "open": open cycles,
+                        "ends": [earliest end, latest end]},
+            "open": [[file name, mtime_ns, size, ino], ...],
+            "cols": packed [jobs, attempts, cycle numbers, starts, ends],
+            "rows": packed [[mtime_ns, size, ino, log_file, active, standby, ranks,
+                             write_count], ...],
+            "crc": crc32 of cols and rows}}}
 
-    Rows are in (start, attempt, cycle) order. Why a file's parse can be reused: cycle files
+    A key is [start, attempt, cycle, job]; times are microseconds since the epoch; "packed" is
+    base64 of zlib of compact JSON. Rows are in (start, attempt, cycle) order.
+
+    Why a file's parse can be reused: cycle files
     are written once at cycle start and replaced once at cycle end (tmp file + atomic rename,
     so a rewrite always changes the inode), then never again; an unchanged (mtime, size, inode)
     triple is enough. Why a directory need not even be listed: one whose own mtime and inode
@@ -139,31 +218,23 @@ class CycleCache:
         self.racy_ns = int(racy_seconds * 1_000_000_000)
         self.load_error: str | None = None
         self._dirs: dict[str, Any] = {}
-        self._sound: dict[str, tuple[dict[str, Any], CycleColumns]] = {}  # checked this pass
+        self._sound: dict[str, tuple[dict[str, Any], BlockSummary]] = {}  # checked this pass
         self._dirty = False
         self._load()
 
     def __len__(self) -> int:
-        """Files cached (in records whose columns are sound)."""
-        return sum(
-            len(cols.starts)
-            for r in self._dirs.values()
-            if type(r) is dict and (cols := _columns(r)) is not None
-        )
+        """Files cached (in records whose summary is sound)."""
+        return sum(found[1].count for key in self._dirs if (found := self._record(key)))
 
     def __contains__(self, path: object) -> bool:
         if type(path) is not str:
             return False
         directory, name = os.path.split(path)
-        for key, record in self._dirs.items():
-            if os.path.dirname(key) != directory or type(record) is not dict:
-                continue
-            cols = _columns(record)
-            if cols is not None and name in {
-                file_name(*k) for k in zip(cols.jobs, cols.attempts, cols.numbers, strict=True)
-            }:
-                return True
-        return False
+        return any(
+            name in self.known(os.path.dirname(key), os.path.basename(key))
+            for key in self._dirs
+            if os.path.dirname(key) == directory
+        )
 
     def _load(self) -> None:
         try:
@@ -192,27 +263,35 @@ class CycleCache:
         # Records are checked on use (a bad one is a miss), so loading stays one json.loads.
         self._dirs = dirs
 
-    def _record(self, key: str) -> tuple[dict[str, Any], CycleColumns] | None:
-        sound = self._sound.get(key)
-        if sound is not None and sound[0] is self._dirs.get(key):
-            return sound
+    def _record(self, key: str) -> tuple[dict[str, Any], BlockSummary] | None:
         record = self._dirs.get(key)
+        sound = self._sound.get(key)
+        if sound is not None and sound[0] is record:
+            return sound
         if type(record) is not dict:
             return None
-        cols = _columns(record)
-        rows = record.get("rows")
-        if cols is None or type(rows) is not str or record.get("crc") != _crc(rows):
+        summary = _summary(record.get("summary"))
+        cols, rows = record.get("cols"), record.get("rows")
+        if (
+            summary is None
+            or type(cols) is not str
+            or type(rows) is not str
+            or record.get("crc") != _crc(cols, rows)
+        ):
             return None
-        self._sound[key] = (record, cols)
-        return record, cols
+        self._sound[key] = (record, summary)
+        return record, summary
 
-    def unchanged(self, directory: str, dst: os.stat_result, name_glob: str) -> CycleColumns | None:
-        """The columns of a directory that did not change since it was last listed, or None
-        (then it must be listed and its files looked up with `known`)."""
-        found = self._record(record_key(directory, name_glob))
+    def unchanged(
+        self, directory: str, dst: os.stat_result, name_glob: str
+    ) -> tuple[BlockSummary, str] | None:
+        """The summary and content name of a directory that did not change since it was last
+        listed, or None (then it must be listed and its files looked up with `known`)."""
+        key = record_key(directory, name_glob)
+        found = self._record(key)
         if found is None:
             return None
-        record, cols = found
+        record, summary = found
         listed = record.get("listed")
         if (
             type(listed) is not list
@@ -224,60 +303,67 @@ class CycleCache:
         ):
             return None
         opened = record.get("open")
-        if type(opened) is not list:
+        if type(opened) is not list or len(opened) != summary.open:
             return None
         prefix = directory.rstrip(os.sep) + os.sep
-        open_rows = [i for i, end in enumerate(cols.ends) if end is None]
         try:
-            if sorted(int(o[0]) for o in opened) != open_rows:
-                return None
-            for row, *stamp in opened:
-                name = file_name(cols.jobs[row], cols.attempts[row], cols.numbers[row])
+            for name, *stamp in opened:
+                if type(name) is not str or os.sep in name:
+                    return None
                 try:
                     st = os.lstat(prefix + name)
                 except OSError:
                     return None
                 if _stamp(st) != tuple(stamp):
                     return None
-        except (TypeError, ValueError, IndexError):
+        except (TypeError, ValueError):
             return None
+        return summary, f"{key}@{record['crc']:08x}"
+
+    def columns(self, directory: str, name_glob: str) -> CycleColumns:
+        """The columns of a directory whose record `unchanged` just accepted. Raises ValueError
+        when they do not fit its summary (the crc makes that a bug, not damage)."""
+        record, summary = self._sound_record(directory, name_glob)
+        cols = _columns(_unpack(record["cols"], f"the columns of {directory}"))
+        if cols is None or BlockSummary.of(cols) != summary:
+            raise ValueError(f"cycle cache: the columns of {directory} do not fit its summary")
         return cols
 
     def rows(self, directory: str, name_glob: str) -> list[list[Any]]:
-        """The rows of a directory whose columns `unchanged` or `known` just returned. Raises
-        ValueError when they do not fit the columns (the crc makes that a bug, not damage)."""
-        found = self._record(record_key(directory, name_glob))
-        if found is None:
-            raise ValueError(f"cycle cache: no sound record for {directory}")
-        record, cols = found
-        try:
-            rows = json.loads(zlib.decompress(base64.b64decode(record["rows"], validate=True)))
-        except (binascii.Error, zlib.error, ValueError, RecursionError) as exc:
-            raise ValueError(f"cycle cache: the rows of {directory} do not decode: {exc}") from None
+        """The rows of a directory whose record `unchanged` just accepted, in column order.
+        Raises ValueError when they do not fit (as `columns`)."""
+        record, summary = self._sound_record(directory, name_glob)
+        rows = _unpack(record["rows"], f"the rows of {directory}")
         if (
             type(rows) is not list
-            or len(rows) != len(cols.starts)
+            or len(rows) != summary.count
             or not all(type(r) is list and len(r) == _ROW_LEN for r in rows)
         ):
             raise ValueError(f"cycle cache: the rows of {directory} do not fit its columns")
         return rows
 
+    def _sound_record(self, directory: str, name_glob: str) -> tuple[dict[str, Any], BlockSummary]:
+        found = self._record(record_key(directory, name_glob))
+        if found is None:
+            raise ValueError(f"cycle cache: no sound record for {directory}")
+        return found
+
     def known(self, directory: str, name_glob: str) -> dict[str, tuple[Stat, list[Any]]]:
         """name → (stat, fields) of the files the record holds, for a directory that changed
         (only its new or replaced files are read again). A bad record knows nothing."""
-        found = self._record(record_key(directory, name_glob))
-        if found is None:
-            return {}
-        _, cols = found
         try:
+            cols = self.columns(directory, name_glob)
             rows = self.rows(directory, name_glob)
         except ValueError:
             return {}
         out: dict[str, tuple[Stat, list[Any]]] = {}
-        for i, row in enumerate(rows):
-            key = (cols.jobs[i], cols.attempts[i], cols.numbers[i])
-            fields = [*key, cols.starts[i], cols.ends[i], *row[3:]]
-            out[file_name(*key)] = ((row[0], row[1], row[2]), fields)
+        for job, attempt, number, start, end, row in zip(
+            cols.jobs, cols.attempts, cols.numbers, cols.starts, cols.ends, rows, strict=True
+        ):
+            out[file_name(job, attempt, number)] = (
+                (row[0], row[1], row[2]),
+                [job, attempt, number, start, end, *row[3:]],
+            )
         return out
 
     def store(
@@ -300,17 +386,20 @@ class CycleCache:
         )
         trusted = complete and len(kept) == len(files) and now - dst.st_mtime_ns >= self.racy_ns
         key = record_key(directory, name_glob)
-        rows_json = json.dumps([[*s, *f[5:]] for s, f in kept], separators=(",", ":"))
-        rows_text = base64.b64encode(zlib.compress(rows_json.encode("utf-8", "surrogatepass")))
+        if not kept:
+            if self._dirs.pop(key, None) is not None:
+                self._dirty = True
+            return
+        fields = [f for _, f in kept]
+        columns = CycleColumns(*(tuple(f[i] for f in fields) for i in range(len(COLUMNS))))
+        cols_text = _pack([list(c) for c in zip(*(f[: len(COLUMNS)] for f in fields), strict=True)])
+        rows_text = _pack([[*st, *f[len(COLUMNS) :]] for st, f in kept])
         record: dict[str, Any] = {
-            "job": [f[0] for _, f in kept],
-            "attempt": [f[1] for _, f in kept],
-            "cycle": [f[2] for _, f in kept],
-            "start": [f[3] for _, f in kept],
-            "end": [f[4] for _, f in kept],
-            "open": [[i, *s] for i, (s, f) in enumerate(kept) if f[4] is None],
-            "rows": rows_text.decode("ascii"),
-            "crc": zlib.crc32(rows_text),
+            "summary": _summary_json(BlockSummary.of(columns)),
+            "open": [[file_name(*f[:3]), *st] for st, f in kept if f[4] is None],
+            "cols": cols_text,
+            "rows": rows_text,
+            "crc": _crc(cols_text, rows_text),
         }
         previous = self._dirs.get(key)
         listed = previous.get("listed") if type(previous) is dict else None

@@ -41,7 +41,14 @@ from typing import Any
 from nvrx.files import InputError, InputTooLarge, read_bounded
 from nvrx.watch.cyclecache import CycleCache, Stat, file_name, record_key
 from nvrx.watch.cycleformat import CycleParseError, info_from_fields, parse_record
-from nvrx.watch.model import CycleBlock, CycleColumns, CycleInfo, Cycles, SkippedFile
+from nvrx.watch.model import (
+    BlockSummary,
+    CycleBlock,
+    CycleColumns,
+    CycleInfo,
+    Cycles,
+    SkippedFile,
+)
 
 # Real cycle-info files are < 1 KB. Anything bigger than this is not one, and must not be read
 # into memory (a stray 50 GB file in the directory must not take the login node down).
@@ -256,11 +263,17 @@ def _read_one(
     return info, st, fields
 
 
-def _block(cache: CycleCache, directory: str, name_glob: str, cols: CycleColumns) -> CycleBlock:
-    """An unchanged directory's cycles: columns now, records when asked for."""
+def _block(
+    cache: CycleCache, directory: str, name_glob: str, summary: BlockSummary, ident: str
+) -> CycleBlock:
+    """An unchanged directory's cycles: the summary now, columns and records when asked for."""
     prefix = directory.rstrip(os.sep) + os.sep
 
-    def load() -> list[CycleInfo]:
+    def columns() -> CycleColumns:
+        return cache.columns(directory, name_glob)
+
+    def records() -> list[CycleInfo]:
+        cols = cache.columns(directory, name_glob)
         rows = cache.rows(directory, name_glob)
         try:
             return [
@@ -276,7 +289,7 @@ def _block(cache: CycleCache, directory: str, name_glob: str, cols: CycleColumns
         except (TypeError, ValueError, OverflowError) as exc:
             raise ValueError(f"cycle cache: a bad row for {directory}: {exc}") from None
 
-    return CycleBlock(cols, load)
+    return CycleBlock(summary, load_columns=columns, load_records=records, ident=ident)
 
 
 _FLOOR = datetime.min.replace(tzinfo=UTC)
@@ -363,12 +376,13 @@ def read_cycles(
                 continue
             visited_dirs.add(ident)
             records.add(record_key(directory, name_glob))
-            cols = cache.unchanged(directory, dst, name_glob) if cache is not None else None
-            if cols is not None:
-                matched += len(cols.starts)
-                stats.cached += len(cols.starts)
-                stats.seen += len(cols.starts)
-                blocks.append(_block(cache, directory, name_glob, cols))  # type: ignore[arg-type]
+            same = cache.unchanged(directory, dst, name_glob) if cache is not None else None
+            if same is not None:
+                summary, content = same
+                matched += summary.count
+                stats.cached += summary.count
+                stats.seen += summary.count
+                blocks.append(_block(cache, directory, name_glob, summary, content))  # type: ignore[arg-type]
                 continue
             try:
                 with os.scandir(directory) as it:
@@ -441,10 +455,10 @@ def _assemble(
     if not blocks:
         return Cycles.of(listed)
     parts = [*blocks, CycleBlock.of(listed)] if listed else list(blocks)
-    parts.sort(key=lambda b: b.columns.first_key())
-    jobs = [set(b.columns.jobs) for b in parts]
+    parts.sort(key=lambda b: b.summary.first)
+    jobs = [b.summary.job_starts.keys() for b in parts]
     disjoint = sum(len(j) for j in jobs) == len(set().union(*jobs)) and all(
-        a.columns.last_key() < b.columns.first_key() for a, b in itertools.pairwise(parts)
+        a.summary.last < b.summary.first for a, b in itertools.pairwise(parts)
     )
     if disjoint:
         return Cycles(parts)

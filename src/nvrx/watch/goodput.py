@@ -28,8 +28,18 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
-from nvrx.watch.model import CycleInfo, Cycles, GenerationSpan, SaveSeen, from_us, to_us
+from nvrx.watch.model import (
+    CycleBlock,
+    CycleColumns,
+    CycleInfo,
+    Cycles,
+    GenerationSpan,
+    SaveSeen,
+    from_us,
+    to_us,
+)
 
 CATEGORIES = (
     "productive",
@@ -114,63 +124,46 @@ class _Proofs:
             i -= 1
         return None
 
+    def covering(self, lo: int, hi: int) -> list[list[int]]:
+        """Every save that can prove an end in [lo, hi], as [at, seen_until clipped to hi]:
+        all `last_before` can answer for those ends."""
+        i = bisect.bisect_right(self.at, hi) - 1
+        out = []
+        while i >= 0 and self.reach[i] >= lo:
+            if self.until[i] >= lo:
+                out.append([self.at[i], min(self.until[i], hi)])
+            i -= 1
+        return out
 
-def goodput(
-    cycles: Sequence[CycleInfo],
-    spans: Sequence[GenerationSpan],
-    saves: Sequence[SaveSeen],
-    now: datetime,
-    unsaved_until: datetime | None = None,
-) -> Goodput:
-    """The chain's wall time by category (see the module doc); `cycles` sorted by start (a
-    `Cycles` is read by its columns: no record is built); `unsaved_until`, the last pass that
-    found no checkpoint file yet."""
-    table = cycles if isinstance(cycles, Cycles) else Cycles.of(cycles)
-    spans = sorted((s for s in spans if s.start is not None), key=lambda s: s.start or now)
-    times = list(table.times())  # (job, start µs, end µs | None)
-    starts = [to_us(s.start) for s in spans if s.start] + ([times[0][1]] if times else [])
-    if not starts:
-        return Goodput(None, None, {k: 0.0 for k in CATEGORIES})
-    start = min(starts)
-    live = any(e is None for _, _, e in times) or any(s.end is None for s in spans)
-    ends = [to_us(s.end) for s in spans if s.end]
-    closed = [e for _, _, e in times if e is not None]
-    if closed:
-        ends.append(max(closed))
-    end = to_us(now) if live or not ends else max(ends)
-    us = {k: 0 for k in CATEGORIES}  # whole microseconds: exact sums
-    notes: list[str] = []
 
-    for a, b in itertools.pairwise(spans):
-        if a.end is not None and b.start is not None:
-            us["queue_wait"] += max(to_us(b.start) - to_us(a.end), 0)
-    first_start: dict[str, int] = {}
-    for job, c_start, _ in times:
-        first_start.setdefault(job, c_start)
-    for span in spans:
-        first = first_start.get(span.job_id)
-        if first is not None and span.start is not None:
-            us["startup"] += max(first - to_us(span.start), 0)
-    # job → (ended, clean, end µs) of its task 0, when accounting showed one
-    by_span = {
-        s.job_id: (s.state is not None, s.clean, None if s.end is None else to_us(s.end))
-        for s in spans
-    }
-    proofs = _Proofs(saves)
+Span = tuple[bool, bool, int | None]  # a job's task 0: (ended, ended cleanly, end µs)
+Shares = dict[str, list[Any]]  # block ident → [fingerprint, share]: what `goodput` remembers
+
+
+def _share(
+    cols: CycleColumns,
+    after: tuple[str, int] | None,
+    by_span: dict[str, Span],
+    proofs: _Proofs,
+    unsaved: float,
+    end: int,
+) -> list[int]:
+    """One block's [productive, progress_lost, restart_overhead, unknown, unproven] in µs (and
+    a count); `after`, the (job, start) of the cycle after the block's last. This loop runs
+    once per cycle that nothing remembered covers, so its sums stay in locals."""
     last_before = proofs.last_before
-    no_saves = not saves
-    unsaved = -math.inf if unsaved_until is None else to_us(unsaved_until)
+    no_saves = not proofs.at
     unproven = productive = lost_us = overhead = unknown = 0
-    # Local sums and each cycle beside the next one: this loop runs once per cycle of the
-    # chain on every pass (100,000 in the fleet bench).
-    nexts = itertools.chain(itertools.islice(times, 1, None), ((None, None, None),))
-    for (job, c_start, c_end), (n_job, n_start, _) in zip(times, nexts, strict=False):
+    jobs, starts, ends = cols.jobs, cols.starts, cols.ends
+    n_jobs = itertools.chain(itertools.islice(jobs, 1, None), (after[0] if after else None,))
+    n_starts = itertools.chain(itertools.islice(starts, 1, None), (after[1] if after else 0,))
+    for job, c_start, c_end, n_job, n_start in zip(jobs, starts, ends, n_jobs, n_starts):  # noqa: B905
         if c_end is None:
             productive += max(end - c_start, 0)  # the open cycle: training now
             continue
         ran = c_end - c_start if c_end > c_start else 0
         if n_job == job:
-            overhead += max(n_start - c_end, 0)  # type: ignore[operator]
+            overhead += max(n_start - c_end, 0)
         else:
             of_job = by_span.get(job)
             if of_job is not None and of_job[2] is not None and not of_job[1]:
@@ -196,8 +189,111 @@ def goodput(
         lost = max(c_end - max(save, c_start), 0)
         lost_us += lost
         productive += ran - lost
+    return [productive, lost_us, overhead, unknown, unproven]
+
+
+def _fingerprint(
+    block: CycleBlock,
+    after: tuple[str, int] | None,
+    by_span: dict[str, Span],
+    proofs: _Proofs,
+    unsaved: float,
+) -> list[Any]:
+    """Everything outside a closed block that its share depends on, exactly: how the cycle after
+    it relates to its last, its jobs' task-0 endings, the saves that can prove one of its
+    ends, and where `unsaved_until` falls among its ends."""
+    summary = block.summary
+    lo, hi = summary.min_end, summary.max_end
+    assert lo is not None and hi is not None  # a closed block has ends
+    if after is None:
+        nxt: Any = None
+    elif after[0] == summary.last[3]:
+        nxt = ["same", after[1]]
+    else:
+        nxt = "other"
+    # Lists, not tuples: what the state file gives back compares equal.
+    spans = [
+        [job, None if (s := by_span.get(job)) is None else list(s)]
+        for job in sorted(summary.job_starts)
+    ]
+    return [
+        nxt,
+        spans,
+        proofs.covering(lo, hi),
+        int(min(max(unsaved, lo - 1), hi)),
+    ]
+
+
+def goodput(
+    cycles: Sequence[CycleInfo],
+    spans: Sequence[GenerationSpan],
+    saves: Sequence[SaveSeen],
+    now: datetime,
+    unsaved_until: datetime | None = None,
+    shares: Shares | None = None,
+) -> Goodput:
+    """The chain's wall time by category (see the module doc); `cycles` sorted by start;
+    `unsaved_until`, the last pass that found no checkpoint file yet.
+
+    A `Cycles` is read by block: its summaries, and the columns of a block only when `shares`
+    (what earlier passes computed for closed blocks of unchanged directories, keyed by their
+    content, with everything else the share depends on) does not cover it; `shares` is then
+    updated. It changes no figure: a share is reused only for exactly the same inputs."""
+    table = cycles if isinstance(cycles, Cycles) else Cycles.of(cycles)
+    blocks = table.blocks
+    spans = sorted((s for s in spans if s.start is not None), key=lambda s: s.start or now)
+    starts = [to_us(s.start) for s in spans if s.start]
+    if blocks:
+        starts.append(blocks[0].summary.first[0])
+    if not starts:
+        return Goodput(None, None, {k: 0.0 for k in CATEGORIES})
+    start = min(starts)
+    live = any(b.summary.open for b in blocks) or any(s.end is None for s in spans)
+    ends = [to_us(s.end) for s in spans if s.end]
+    closed = [b.summary.max_end for b in blocks if b.summary.max_end is not None]
+    if closed:
+        ends.append(max(closed))
+    end = to_us(now) if live or not ends else max(ends)
+    us = {k: 0 for k in CATEGORIES}  # whole microseconds: exact sums
+    notes: list[str] = []
+
+    for a, b in itertools.pairwise(spans):
+        if a.end is not None and b.start is not None:
+            us["queue_wait"] += max(to_us(b.start) - to_us(a.end), 0)
+    first_start: dict[str, int] = {}
+    for block in blocks:
+        for job, c_start in block.summary.job_starts.items():
+            first_start.setdefault(job, c_start)
+    for span in spans:
+        first = first_start.get(span.job_id)
+        if first is not None and span.start is not None:
+            us["startup"] += max(first - to_us(span.start), 0)
+    by_span: dict[str, Span] = {
+        s.job_id: (s.state is not None, s.clean, None if s.end is None else to_us(s.end))
+        for s in spans
+    }
+    proofs = _Proofs(saves)
+    unsaved = -math.inf if unsaved_until is None else to_us(unsaved_until)
+    share = [0, 0, 0, 0, 0]
+    for i, block in enumerate(blocks):
+        first_after = blocks[i + 1].summary.first if i + 1 < len(blocks) else None
+        after = None if first_after is None else (first_after[3], first_after[0])
+        ident = block.ident if shares is not None and not block.summary.open else None
+        if ident is not None:
+            assert shares is not None
+            fingerprint = _fingerprint(block, after, by_span, proofs, unsaved)
+            known = shares.get(ident)
+            if known is not None and known[0] == fingerprint:
+                part = known[1]
+            else:
+                part = _share(block.columns, after, by_span, proofs, unsaved, end)
+                shares[ident] = [fingerprint, part]
+        else:
+            part = _share(block.columns, after, by_span, proofs, unsaved, end)
+        share = [a + b for a, b in zip(share, part, strict=True)]
+    productive, lost, overhead, unknown, unproven = share
     us["productive"] += productive
-    us["progress_lost"] += lost_us
+    us["progress_lost"] += lost
     us["restart_overhead"] += overhead
     us["unknown"] += unknown
     if unproven:

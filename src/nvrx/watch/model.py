@@ -78,11 +78,14 @@ def from_us(us: int) -> datetime:
     return _EPOCH + timedelta(0, 0, us)  # positional: twice as fast as microseconds=us
 
 
+Key = tuple[int, int, int, str]  # (start µs, attempt, cycle, job): the order of cycles
+
+
 @dataclass(frozen=True, slots=True)
 class CycleColumns:
-    """A run of cycles in order, as columns: what a pass needs of every cycle of a chain
-    (goodput, failures within a window, counter highs) without a record per cycle. Times are
-    microseconds since the epoch, UTC (`to_us`); an end is None while the cycle is open."""
+    """A run of cycles in order, as columns: what goodput needs of every cycle, without a
+    record per cycle. Times are microseconds since the epoch, UTC (`to_us`); an end is None
+    while the cycle is open."""
 
     jobs: Sequence[str]
     attempts: Sequence[int]
@@ -100,46 +103,98 @@ class CycleColumns:
             tuple(None if c.end is None else to_us(c.end) for c in records),
         )
 
-    def first_key(self) -> tuple[int, int, int, str]:
-        return (self.starts[0], self.attempts[0], self.numbers[0], self.jobs[0])
 
-    def last_key(self) -> tuple[int, int, int, str]:
-        return (self.starts[-1], self.attempts[-1], self.numbers[-1], self.jobs[-1])
+@dataclass(frozen=True, slots=True)
+class BlockSummary:
+    """What a pass needs of a run of cycles without its columns: the count and order keys,
+    each job's first start (goodput's start-up), each attempt's highest cycle number (counter
+    drops), how many are open, and the range of their ends (the fleet window)."""
+
+    count: int
+    first: Key
+    last: Key
+    job_starts: dict[str, int]
+    highs: dict[tuple[str, int], int]
+    open: int
+    min_end: int | None
+    max_end: int | None
+
+    @classmethod
+    def of(cls, c: CycleColumns) -> BlockSummary:
+        job_starts: dict[str, int] = {}
+        highs: dict[tuple[str, int], int] = {}
+        for job, start in zip(c.jobs, c.starts, strict=True):
+            job_starts.setdefault(job, start)
+        for scope, number in zip(zip(c.jobs, c.attempts, strict=True), c.numbers, strict=True):
+            if number > highs.get(scope, -1):
+                highs[scope] = number
+        ends = [e for e in c.ends if e is not None]
+        return cls(
+            count=len(c.starts),
+            first=(c.starts[0], c.attempts[0], c.numbers[0], c.jobs[0]),
+            last=(c.starts[-1], c.attempts[-1], c.numbers[-1], c.jobs[-1]),
+            job_starts=job_starts,
+            highs=highs,
+            open=len(c.ends) - len(ends),
+            min_end=min(ends, default=None),
+            max_end=max(ends, default=None),
+        )
 
 
 class CycleBlock:
-    """A run of cycles in order: its columns always, its records on demand. The cycle cache
-    hands out an unchanged directory as a block whose records are built only when something
-    asks for them (a detector looking at that generation), so a warm pass over 100,000 files
-    builds a record for the current generation's cycles, not for every file."""
+    """A non-empty run of cycles in order: its summary always, its columns and records on
+    demand. The cycle cache hands out an unchanged directory as a block that decodes its
+    columns only for goodput (when nothing remembered covers it) and builds records only when
+    something asks for that generation (a detector looking at the current one), so a warm
+    pass over 100,000 files builds a record for the current generation's cycles, not for
+    every file. `ident` names an unchanged directory's content (goodput remembers its share
+    by it); None for cycles read this pass."""
 
-    __slots__ = ("_load", "_records", "columns")
+    __slots__ = ("_columns", "_load_columns", "_load_records", "_records", "ident", "summary")
 
     def __init__(
         self,
-        columns: CycleColumns,
-        load: Callable[[], Sequence[CycleInfo]] | None = None,
+        summary: BlockSummary,
+        *,
+        columns: CycleColumns | None = None,
+        load_columns: Callable[[], CycleColumns] | None = None,
         records: Sequence[CycleInfo] | None = None,
+        load_records: Callable[[], Sequence[CycleInfo]] | None = None,
+        ident: str | None = None,
     ) -> None:
-        self.columns = columns
-        self._load = load
+        self.summary = summary
+        self.ident = ident
+        self._columns = columns
+        self._load_columns = load_columns
         self._records: tuple[CycleInfo, ...] | None = None if records is None else tuple(records)
+        self._load_records = load_records
 
     @classmethod
     def of(cls, records: Sequence[CycleInfo]) -> CycleBlock:
-        return cls(CycleColumns.of(records), records=records)
+        columns = CycleColumns.of(records)
+        return cls(BlockSummary.of(columns), columns=columns, records=records)
 
     def __len__(self) -> int:
-        return len(self.columns.starts)
+        return self.summary.count
 
     @property
     def loaded(self) -> bool:
         return self._records is not None
 
+    @property
+    def columns(self) -> CycleColumns:
+        if self._columns is None:
+            assert self._load_columns is not None
+            columns = self._load_columns()
+            if len(columns.starts) != self.summary.count:
+                raise ValueError(f"a block of {len(self)} cycles loaded other columns")
+            self._columns = columns
+        return self._columns
+
     def records(self) -> tuple[CycleInfo, ...]:
         if self._records is None:
-            assert self._load is not None
-            records = tuple(self._load())
+            assert self._load_records is not None
+            records = tuple(self._load_records())
             if len(records) != len(self):
                 raise ValueError(f"a block of {len(self)} cycles loaded {len(records)} records")
             self._records = records
@@ -149,8 +204,8 @@ class CycleBlock:
 class Cycles(Sequence[CycleInfo]):
     """A chain's cycles, deduplicated by key and sorted by (start, attempt, cycle): a sequence
     of `CycleInfo` made of blocks (in order, not overlapping) whose records are built only when
-    indexed or iterated. What every cycle is needed for (goodput, the fleet's failures, counter
-    highs) reads the columns instead (`times`, `highs`, `ended_since`)."""
+    indexed or iterated. What every cycle is needed for reads the summaries (`highs`,
+    `ended_since`) or the columns (`times`, for goodput) instead."""
 
     __slots__ = ("_offsets", "blocks")
 
@@ -161,7 +216,8 @@ class Cycles(Sequence[CycleInfo]):
     @classmethod
     def of(cls, records: Iterable[CycleInfo]) -> Cycles:
         """Records already in order, as one block."""
-        return cls([CycleBlock.of(tuple(records))])
+        listed = tuple(records)
+        return cls([CycleBlock.of(listed)] if listed else [])
 
     def __len__(self) -> int:
         return self._offsets[-1] if self._offsets else 0
@@ -203,7 +259,7 @@ class Cycles(Sequence[CycleInfo]):
         return [
             c
             for b in self.blocks
-            if job_id in b.columns.jobs
+            if job_id in b.summary.job_starts
             for c in b.records()
             if c.job_id == job_id
         ]
@@ -217,30 +273,39 @@ class Cycles(Sequence[CycleInfo]):
     def highs(self) -> dict[str, int]:
         """The highest cycle number of each generation attempt (`<job>.<attempt>`)."""
         high: dict[tuple[str, int], int] = {}
-        get = high.get
         for block in self.blocks:
-            c = block.columns
-            for scope, number in zip(zip(c.jobs, c.attempts), c.numbers):  # noqa: B905
-                if number > get(scope, -1):
+            for scope, number in block.summary.highs.items():
+                if number > high.get(scope, -1):
                     high[scope] = number
         return {f"{job}.{attempt}": n for (job, attempt), n in high.items()}
 
     def ended_since(self, cutoff_us: int) -> list[tuple[CycleInfo, bool]]:
         """The cycles that ended at or after `cutoff_us`, each with whether it was its
-        generation's last cycle. Blocks with no such end build no record."""
+        generation's last cycle. Blocks whose every end is older build nothing."""
         hits: list[int] = []
         base = 0
         for block in self.blocks:
-            ends = block.columns.ends
-            if any(e is not None and e >= cutoff_us for e in ends):
+            latest = block.summary.max_end
+            if latest is not None and latest >= cutoff_us:
+                ends = block.columns.ends
                 hits += [base + i for i, e in enumerate(ends) if e is not None and e >= cutoff_us]
             base += len(block)
         if not hits:
             return []
-        last: dict[str, int] = {}
-        for i, (job, _, _) in enumerate(self.times()):
-            last[job] = i
-        return [(self[i], last[self[i].job_id] == i) for i in hits]
+        found = [self[i] for i in hits]
+        wanted = {c.job_id for c in found}
+        last: dict[str, int] = {}  # job → index of its last cycle, from the last block holding it
+        for b in range(len(self.blocks) - 1, -1, -1):
+            block = self.blocks[b]
+            here = [j for j in wanted if j not in last and j in block.summary.job_starts]
+            if here:
+                jobs = list(block.columns.jobs)
+                base = self._offsets[b] - len(block)
+                for job in here:
+                    last[job] = base + len(jobs) - 1 - jobs[::-1].index(job)
+            if len(last) == len(wanted):
+                break
+        return [(c, last[c.job_id] == i) for i, c in zip(hits, found, strict=True)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -262,7 +262,7 @@ def observe(
     cycles, skipped, stats = read_cycles(list(target.cycle_globs), cache)
     limit = to_us(now) + int(FUTURE_TOLERANCE * 1e6)
     future: list[CycleInfo] = []
-    if any(b.columns.starts[-1] > limit for b in cycles.blocks):  # blocks are sorted by start
+    if any(b.summary.last[0] > limit for b in cycles.blocks):  # a block's last starts last
         # A writer whose clock runs ahead must not own "the latest cycle" (nor start storms).
         future = [c for c in cycles if to_us(c.start) > limit]
         cycles = Cycles.of(c for c in cycles if to_us(c.start) <= limit)

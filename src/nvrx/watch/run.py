@@ -77,13 +77,20 @@ class Watcher:
     dry_run: bool = False
     http: HttpSinks | None = None
     write_prom: bool = True  # a fleet pass writes one textfile for all its chains instead
+    # The target was resolved (its manifest read) just before the first pass: a cron pass of a
+    # fleet of 100 chains need not read every manifest twice.
+    fresh: bool = field(default=True, repr=False)
 
     @property
     def dir(self) -> Path:
         return Path(self.settings.state_dir) / self.target.state_key
 
     def refresh_target(self) -> None:
-        """An nvrx chain's manifest changes as it is extended or cancelled: reread it."""
+        """An nvrx chain's manifest changes as it is extended or cancelled: reread it (not for
+        the first pass, whose target was just resolved from it)."""
+        if self.fresh:
+            self.fresh = False
+            return
         chain = self.target.chain
         if chain.resolved_from != "manifest" or chain.work_dir is None:
             return
@@ -143,7 +150,10 @@ class Watcher:
         ]
         result = PassResult(snap, findings, is_degraded(snap))
         spans = state.see_spans(snap.platform.spans if snap.platform is not None else ())
-        result.goodput = goodput(snap.cycles, spans, state.saves, now, state.unsaved_until)
+        result.goodput = goodput(
+            snap.cycles, spans, state.saves, now, state.unsaved_until, state.goodput_shares
+        )
+        state.keep_shares({b.ident for b in snap.cycles.blocks if b.ident is not None})
         if not result.degraded:
             # A blind pass silences the queue-based detectors; their findings are not over.
             state.forget_findings_except({f.key for f in findings})

@@ -62,6 +62,9 @@ class WatchState:
     # The last pass that found no checkpoint file yet: nothing had been saved until then.
     unsaved_until: datetime | None = None
     spans: dict[str, GenerationSpan] = field(default_factory=dict)  # by generation
+    # Goodput's share of each closed, unchanged cycle directory, with what it was computed from
+    # (`goodput.Shares`): a warm pass need not decode their columns again.
+    goodput_shares: dict[str, list[Any]] = field(default_factory=dict)
 
     def see_save(self, value: int, mtime: datetime, now: datetime) -> None:
         """The file holds `value` saved at `mtime`, as this pass at `now` saw it."""
@@ -167,6 +170,10 @@ class WatchState:
     def forget_alert(self, key: str, sink: str) -> None:
         self.alerts.pop(f"{key}\0{sink}", None)
 
+    def keep_shares(self, idents: set[str]) -> None:
+        """Forget the goodput shares of directories this pass did not find unchanged."""
+        self.goodput_shares = {k: v for k, v in self.goodput_shares.items() if k in idents}
+
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
@@ -201,6 +208,7 @@ class WatchState:
             ],
             "findings": {k: v.isoformat() for k, v in self.findings.items()},
             "alerts": {k: v.isoformat() for k, v in self.alerts.items()},
+            "goodput_shares": self.goodput_shares,
         }
 
 
@@ -256,6 +264,7 @@ def load_state(path: Path) -> WatchState:
         saves=_saves(data.get("saves")),
         unsaved_until=_time(data.get("unsaved_until")),
         spans=_spans(data.get("spans")),
+        goodput_shares=_shares(data.get("goodput_shares")),
     )
 
 
@@ -288,6 +297,24 @@ def _spans(raw: Any) -> dict[str, GenerationSpan]:
     return out
 
 
+def _shares(raw: Any) -> dict[str, list[Any]]:
+    """Remembered goodput shares; one that is not [fingerprint, five integers] is left out (it
+    is computed again)."""
+    out: dict[str, list[Any]] = {}
+    for key, value in raw.items() if isinstance(raw, dict) else ():
+        if (
+            isinstance(key, str)
+            and isinstance(value, list)
+            and len(value) == 2
+            and isinstance(value[1], list)
+            and len(value[1]) == 5
+            and all(type(n) is int for n in value[1])
+        ):
+            out[key] = value
+    return out
+
+
 def save_state(state: WatchState, path: Path) -> None:
     """Atomically: every login node may run the watch at once."""
-    write_atomic(path, json.dumps(state.to_json(), indent=2) + "\n", mode=0o600)
+    # Compact: json's C encoder does not indent, and the state is written on every pass.
+    write_atomic(path, json.dumps(state.to_json(), separators=(",", ":")) + "\n", mode=0o600)
