@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -185,6 +186,59 @@ def test_a_fleet_of_slurm_chains_costs_one_squeue_and_one_sacct(tmp_path: Path) 
     assert replay.commands() == ["squeue", "sacct"] and result.slurm_commands == 2
     assert "--name=run0,run1,run2,run3,run4" in replay.argvs[0]
     assert [c.label for c in result.chains] == [f"run{i}" for i in range(5)]
+
+
+def test_a_fleet_pass_reads_every_chains_cycle_files_while_slurm_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """squeue and sacct take seconds on a busy cluster: the files are read meanwhile, and the
+    pass uses that read (and saves its cache) instead of reading again."""
+    import threading
+
+    from nvrx.watch import cycles, fleet
+    from nvrx.watch.fleet import Fleet, Member
+    from nvrx.watch.model import ChainRef
+    from nvrx.watch.resolve import Target
+    from nvrx.watch.run import Watcher
+    from tests.test_slurm_replay import Replay, slurm_for
+
+    all_read = threading.Event()
+    reads: list[str] = []
+    real_read = cycles.read_cycles
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        out = real_read(*args, **kwargs)
+        reads.append(args[0][0])
+        if len(reads) == 3:
+            all_read.set()
+        return out
+
+    real_ask = fleet.observe_platforms
+    overlapped: list[bool] = []
+
+    def slow_slurm(*args: Any, **kwargs: Any) -> Any:
+        overlapped.append(all_read.wait(timeout=10))  # Slurm "answers" once the files are read
+        return real_ask(*args, **kwargs)
+
+    monkeypatch.setattr("nvrx.watch.run.read_cycles", counted)
+    monkeypatch.setattr("nvrx.watch.observe.read_cycles", counted)
+    monkeypatch.setattr(fleet, "observe_platforms", slow_slurm)
+    slurm = slurm_for(Replay({"squeue": [(0, "", "")], "sacct": [(0, "", "")]}))
+    settings = WatchSettings(state_dir=tmp_path / "state")
+    members = []
+    for i in range(3):
+        work = tmp_path / f"run{i}"
+        healthy_run(work)
+        for path in work.rglob("*"):  # old enough for the cycle cache to keep
+            os.utime(path, (time.time() - 3600,) * 2)
+        glob = str(work / "nvrx" / "*" / "cycle_infos" / "cycle_info.*")
+        target = Target(ChainRef(f"run{i}", "alice", str(work)), (glob,), None, f"run{i}")
+        members.append(Member(f"run{i}", str(work), Watcher(target, settings, slurm, host="h")))
+    result = Fleet(members, settings, slurm).run_pass()
+    assert overlapped == [True]
+    assert len(reads) == 3  # once per chain: the pass used what was read ahead
+    assert all(c.result is not None and len(c.result.snapshot.cycles) for c in result.chains)
+    assert all((tmp_path / "state" / f"run{i}" / "cycles-cache.json").exists() for i in range(3))
 
 
 def test_a_work_dir_without_a_manifest_is_blind_under_slurm_not_skipped(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ seconds, each printed as a screen or one JSON object."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import socket
@@ -264,6 +265,10 @@ def watch(
     from nvrx.watch.run import Watcher
 
     loaded = load_for_command(config, env_file, sets, flags)
+    # What is loaded by now (modules, the settings) lives until exit: the collector need not
+    # scan it again and again while a pass builds and drops its records, nor once more at
+    # exit (a tenth of a warm fleet pass over 100 chains, measured).
+    gc.freeze()
     settings = loaded.config.watch
     unknown = set(settings.disable) - set(DETECTORS) - set(FLEET_DETECTORS)
     if unknown:

@@ -8,11 +8,12 @@ reason, never a guess.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from nvrx.slurm.errors import SlurmParseError
@@ -213,10 +214,21 @@ def parse_cycle_info(text: str, path: str) -> CycleInfo:
     return parse_record(text, path)[0]
 
 
+_NEW = object.__new__
+# The slots of a record, set directly: a frozen dataclass's __init__ goes through
+# object.__setattr__ once per field, which is most of the cost of rebuilding a record from the
+# cache, and `info_from_fields` runs once per cycle of every generation a pass asks for.
+(
+    _SET_JOB, _SET_ATTEMPT, _SET_CYCLE, _SET_START, _SET_END, _SET_LOG, _SET_ACTIVE,
+    _SET_STANDBY, _SET_RANKS, _SET_COUNT, _SET_PATH,
+) = (getattr(CycleInfo, f.name).__set__ for f in dataclasses.fields(CycleInfo))  # fmt: skip
+_EPOCH = from_us(0)
+
+
 def info_from_fields(fields: Sequence[Any], path: str) -> CycleInfo:
-    """Rebuild a record from a cache entry's fields (`cyclecache.CACHE_FIELDS`). Raises
-    TypeError or ValueError on junk, which the cache treats as a miss. Kept lean: it runs once
-    per file of every generation whose records a pass asks for."""
+    """Rebuild a record from a cache entry's fields (`cyclecache.CACHE_FIELDS`); the same
+    record `CycleInfo(...)` makes. Raises TypeError or ValueError on junk, which the cache
+    treats as a miss."""
     job, attempt, cycle, start_us, end_us, log_file, active, standby, ranks, count = fields
     if not (
         type(job) is str
@@ -231,9 +243,16 @@ def info_from_fields(fields: Sequence[Any], path: str) -> CycleInfo:
         and type(count) is int
     ):
         raise TypeError("cache entry has wrong field types")
-    start = from_us(start_us)
-    end = from_us(end_us) if end_us is not None else None
-    return CycleInfo(
-        job, attempt, cycle, start, end, log_file, _hosts(active), _hosts(standby), ranks, count,
-        path,
-    )  # fmt: skip
+    info = _NEW(CycleInfo)
+    _SET_JOB(info, job)
+    _SET_ATTEMPT(info, attempt)
+    _SET_CYCLE(info, cycle)
+    _SET_START(info, _EPOCH + timedelta(0, 0, start_us))
+    _SET_END(info, None if end_us is None else _EPOCH + timedelta(0, 0, end_us))
+    _SET_LOG(info, log_file)
+    _SET_ACTIVE(info, _hosts(active))
+    _SET_STANDBY(info, _hosts(standby))
+    _SET_RANKS(info, ranks)
+    _SET_COUNT(info, count)
+    _SET_PATH(info, path)
+    return info

@@ -92,6 +92,10 @@ class ReadStats:
     cache_error: str | None = None  # the cache could not be loaded or saved (harmless)
 
 
+# What `read_cycles` returns: the cycles, the files not used and why, and the counters.
+CycleRead = tuple[Cycles, list[SkippedFile], ReadStats]
+
+
 # ----------------------------------------------------------------------------- reading
 
 
@@ -272,8 +276,7 @@ def _block(
     def columns() -> CycleColumns:
         return cache.columns(directory, name_glob)
 
-    def records() -> list[CycleInfo]:
-        cols = cache.columns(directory, name_glob)
+    def records(cols: CycleColumns) -> list[CycleInfo]:
         rows = cache.rows(directory, name_glob)
         try:
             return [
@@ -330,7 +333,8 @@ def read_cycles(
     cache: CycleCache | None,
     *,
     max_bytes: int = MAX_CYCLE_FILE_BYTES,
-) -> tuple[Cycles, list[SkippedFile], ReadStats]:
+    save: bool = True,
+) -> CycleRead:
     """Every cycle-info file matched by `patterns`, deduplicated and sorted; never raises for
     what is (or is not) on disk.
 
@@ -343,8 +347,8 @@ def read_cycles(
     Results: cycles deduplicated by `job.attempt.cycle` (the loser is reported as skipped) and
     sorted by (start, attempt_index, cycle_number); skipped files and pattern problems, each
     with a reason; and counters. With a cache, records of directories not seen this pass are
-    dropped and the cache is saved (unless read-only); a failed save is only reported in the
-    stats.
+    dropped and the cache is saved (unless read-only, or `save` is False: then the caller
+    saves it with `save_cache`); a failed save is only reported in the stats.
     """
     stats = ReadStats()
     skipped: list[SkippedFile] = []
@@ -430,13 +434,19 @@ def read_cycles(
         cache.retain(records)
         if cache.load_error:
             stats.cache_error = cache.load_error
-        try:
-            stats.cache_written = cache.save()
-        except OSError as exc:
-            stats.cache_error = f"cache not saved: {exc.strerror or exc}"
+        if save:
+            save_cache(cache, stats)
 
     listed = sorted((info for info, _ in found.values()), key=_ORDER)
     return _assemble(blocks, listed, found, skipped, stats), skipped, stats
+
+
+def save_cache(cache: CycleCache, stats: ReadStats) -> None:
+    """Save the cache a read used, if it changed; a failure is only reported in `stats`."""
+    try:
+        stats.cache_written = cache.save()
+    except OSError as exc:
+        stats.cache_error = f"cache not saved: {exc.strerror or exc}"
 
 
 def _assemble(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -141,9 +142,15 @@ class Fleet:
         if self.slurm is not None and watched:
             for w in watched:
                 w.refresh_target()
-            observed = observe_platforms(
-                [w.target for w in watched], self.slurm, self.settings, now
-            )
+            # Slurm is asked in a thread while this one reads every chain's cycle files: the
+            # two waits (slurmctld and slurmdbd, the filesystem) overlap instead of adding up.
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvrx-slurm") as pool:
+                asked = pool.submit(
+                    observe_platforms, [w.target for w in watched], self.slurm, self.settings, now
+                )
+                for w in watched:
+                    w.read_ahead()
+                observed = asked.result()
             platforms = {id(w): p for w, p in zip(watched, observed, strict=True)}
         chains: list[ChainPass] = []
         for m in self.members:

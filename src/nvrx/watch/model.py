@@ -159,7 +159,7 @@ class CycleBlock:
         columns: CycleColumns | None = None,
         load_columns: Callable[[], CycleColumns] | None = None,
         records: Sequence[CycleInfo] | None = None,
-        load_records: Callable[[], Sequence[CycleInfo]] | None = None,
+        load_records: Callable[[CycleColumns], Sequence[CycleInfo]] | None = None,
         ident: str | None = None,
     ) -> None:
         self.summary = summary
@@ -194,7 +194,7 @@ class CycleBlock:
     def records(self) -> tuple[CycleInfo, ...]:
         if self._records is None:
             assert self._load_records is not None
-            records = tuple(self._load_records())
+            records = tuple(self._load_records(self.columns))
             if len(records) != len(self):
                 raise ValueError(f"a block of {len(self)} cycles loaded {len(records)} records")
             self._records = records

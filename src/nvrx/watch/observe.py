@@ -22,7 +22,13 @@ from nvrx.files import InputError, InputTooLarge, read_bounded
 from nvrx.slurm import JobState, QueueRow, Slurm, SlurmError, SlurmValueError
 from nvrx.slurm.parse import AccountingRow
 from nvrx.watch.cyclecache import CycleCache
-from nvrx.watch.cycles import NOT_CYCLE_FILE_REASONS, ROUTINE_SKIP_REASONS, read_cycles
+from nvrx.watch.cycles import (
+    NOT_CYCLE_FILE_REASONS,
+    ROUTINE_SKIP_REASONS,
+    CycleRead,
+    read_cycles,
+    save_cache,
+)
 from nvrx.watch.model import (
     Checkpoint,
     CycleInfo,
@@ -256,10 +262,17 @@ def observe(
     host: str,
     now: datetime | None = None,
     platform: Platform | None = None,
+    read: CycleRead | None = None,
 ) -> Snapshot:
-    """The chain's snapshot; `platform` when a fleet pass already asked Slurm for it."""
+    """The chain's snapshot; `platform` when a fleet pass already asked Slurm for it, `read`
+    when it already read the cycle files with `cache` (unsaved: saved here)."""
     now = now or datetime.now(UTC)
-    cycles, skipped, stats = read_cycles(list(target.cycle_globs), cache)
+    if read is None:
+        cycles, skipped, stats = read_cycles(list(target.cycle_globs), cache)
+    else:
+        cycles, skipped, stats = read
+        if cache is not None:
+            save_cache(cache, stats)
     limit = to_us(now) + int(FUTURE_TOLERANCE * 1e6)
     future: list[CycleInfo] = []
     if any(b.summary.last[0] > limit for b in cycles.blocks):  # a block's last starts last

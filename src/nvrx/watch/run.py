@@ -22,6 +22,7 @@ from nvrx.config import WatchSettings
 from nvrx.files import InputError, read_key_file
 from nvrx.slurm import JobState, Slurm, SlurmError
 from nvrx.watch.cyclecache import CycleCache
+from nvrx.watch.cycles import CycleRead, read_cycles
 from nvrx.watch.detectors import DETECTORS, run_detectors
 from nvrx.watch.detectors import degraded as is_degraded
 from nvrx.watch.goodput import Goodput, goodput
@@ -80,6 +81,8 @@ class Watcher:
     # The target was resolved (its manifest read) just before the first pass: a cron pass of a
     # fleet of 100 chains need not read every manifest twice.
     fresh: bool = field(default=True, repr=False)
+    # The cycle files this pass read ahead (`read_ahead`), with the cache it read them with.
+    _ahead: tuple[CycleCache, CycleRead] | None = field(default=None, repr=False)
 
     @property
     def dir(self) -> Path:
@@ -108,6 +111,15 @@ class Watcher:
             ),
         )
 
+    def read_ahead(self) -> None:
+        """Read the cycle files for the next pass now (a fleet pass does, while Slurm answers).
+        The cache is saved by the pass, under the chain's lock, if it is the state's owner."""
+        try:
+            cache = CycleCache(self.dir / "cycles-cache.json", read_only=True)
+            self._ahead = (cache, read_cycles(list(self.target.cycle_globs), cache, save=False))
+        except OSError:
+            self._ahead = None  # the pass reads them itself, and says what broke
+
     def run_pass(self, now: datetime | None = None, platform: Platform | None = None) -> PassResult:
         """One pass; `platform` when a fleet pass already asked Slurm for every chain (and
         refreshed the target to ask it)."""
@@ -133,7 +145,12 @@ class Watcher:
         self, now: datetime, platform: Platform | None, *, writes: bool, owner: bool
     ) -> PassResult:
         state = load_state(self.dir / "state.json")
-        cache = CycleCache(self.dir / "cycles-cache.json", read_only=not writes)
+        read: CycleRead | None = None
+        if self._ahead is not None:
+            (cache, read), self._ahead = self._ahead, None
+            cache.read_only = not writes
+        else:
+            cache = CycleCache(self.dir / "cycles-cache.json", read_only=not writes)
         snap = observe(
             self.target,
             self.slurm,
@@ -143,6 +160,7 @@ class Watcher:
             host=self.host,
             now=now,
             platform=platform,
+            read=read,
         )
         findings = [
             replace(f, first_seen=state.first_seen(f.key, now))
