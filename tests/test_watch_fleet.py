@@ -213,7 +213,8 @@ def test_a_fleet_pass_reads_every_chains_cycle_files_while_slurm_answers(
             all_read.set()
         return out
 
-    real_ask = fleet.observe_platforms
+    from nvrx.watch.observe import observe_platforms as real_ask
+
     overlapped: list[bool] = []
 
     def slow_slurm(*args: Any, **kwargs: Any) -> Any:
