@@ -1,7 +1,7 @@
 """A fleet watch pass over many chains, whole command, against 100 single-chain watches of the
 same chains measured in the same run, on the local cluster (Slurm answers for every chain).
 
-    .venv/bin/python bench/watch_fleet.py [--chains 100] [--files 1000] [--runs 3]
+    .venv/bin/python bench/watch_fleet.py [--chains 100] [--files 1000] [--runs 5]
 
 Each chain is a work dir with a chain manifest and `--files` NVRx cycle-info files (spread over
 10 generations, as `bench/watch_pass.py` writes them). What is timed is what cron runs: a fresh
@@ -10,7 +10,13 @@ every chain's cycle cache ("warm"). Printed: the warm fleet pass (target at most
 chains x 1,000 files), the same chains watched one `nvrx watch --work-dir` each, one after
 another (target: the fleet at most 0.1x that), the Slurm commands a fleet pass ran (the goal: 1
 squeue + at most 1 sacct), and the warm fleet pass at 1k / 10k / 100k files, per file, to show
-the growth is linear or better.
+the growth is linear or better. For scale, the same pass over one chain of 10 files: start-up,
+settings and the two Slurm commands, what no fleet pass can go below.
+
+Every figure is the median of `--runs` fresh processes (this machine's timings spread by a
+tenth or more from run to run). nvrx's modules are byte-compiled first, as an installed package
+is: an editable checkout under PYTHONDONTWRITEBYTECODE would otherwise compile every edited
+module in every run.
 """
 
 from __future__ import annotations
@@ -101,14 +107,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chains", type=int, default=100)
     parser.add_argument("--files", type=int, default=1000, help="cycle files per chain")
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
+    package = Path(__file__).resolve().parents[1] / "src" / "nvrx"
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(package)], check=True, capture_output=True
+    )
     with tempfile.TemporaryDirectory(dir=Path.home()) as tmp:
         base = Path(tmp)
         root = base / "team"
         dirs = [make_chain(root, i, args.files) for i in range(args.chains)]
         total = args.chains * args.files
         warm, commands = fleet_pass(root, base / "state-fleet", args.runs)
+        make_chain(base / "floor", 0, 10)
+        floor, _ = fleet_pass(base / "floor", base / "state-floor", args.runs)
         singles = 0.0
         state = base / "state-single"
         for d in dirs:  # warm each chain's own cache first, as a cron per chain would have
@@ -117,6 +129,9 @@ def main() -> None:
             singles += run([*NVRX, "--work-dir", str(d), "--state-dir", str(state), "--json"])[0]
         print(f"{args.chains} chains x {args.files} cycle files ({total:,} files), warm passes:")
         print(f"  fleet pass:                 {warm:7.3f} s  (target <= 1 s)")
+        print(
+            f"  one chain of 10 files:      {floor:7.3f} s  (start-up, settings, Slurm: the floor)"
+        )
         print(f"  {args.chains} single-chain watches: {singles:7.3f} s")
         print(f"  fleet / singles:            {warm / singles:7.3f}  (target <= 0.1)")
         print(f"  Slurm commands per fleet pass: {commands} (goal: 1 squeue + at most 1 sacct)")

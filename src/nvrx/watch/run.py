@@ -84,9 +84,15 @@ class Watcher:
     # The cycle files this pass read ahead (`read_ahead`), with the cache it read them with.
     _ahead: tuple[CycleCache, CycleRead] | None = field(default=None, repr=False)
 
+    _dir: tuple[str, Path] | None = field(default=None, repr=False)
+
     @property
     def dir(self) -> Path:
-        return Path(self.settings.state_dir) / self.target.state_key
+        """The chain's state directory (built once per target: a pass asks for it often)."""
+        key = self.target.state_key
+        if self._dir is None or self._dir[0] != key:
+            self._dir = (key, Path(self.settings.state_dir) / key)
+        return self._dir[1]
 
     def refresh_target(self) -> None:
         """An nvrx chain's manifest changes as it is extended or cancelled: reread it (not for

@@ -39,9 +39,10 @@ def file_logger(path: Path, dry_run: bool) -> logging.Logger:
     """`<time> [DRY] LEVEL message` lines in the chain's watch.log (upstream's format)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     logger = logging.getLogger(f"nvrx.watch.{path}")
-    logger.propagate = False
-    logger.setLevel(logging.INFO)
     if not logger.handlers:
+        logger.propagate = False
+        # Once: setLevel clears every logger's level cache, and a fleet has a logger per chain.
+        logger.setLevel(logging.INFO)
         handler = logging.FileHandler(path, encoding="utf-8")
         dry = " [DRY]" if dry_run else ""
         handler.setFormatter(_OneLineFormatter(f"%(asctime)s{dry} %(levelname)s %(message)s"))

@@ -411,8 +411,8 @@ def suspect_node(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
         common &= set(cycle.active_nodes)
     if not common:
         return []
-    nodes = sorted(common)
-    named = compress(nodes)
+    nodes = tuple(sorted(common))
+    named = compress(nodes)  # a tuple: remembered, and chains on the same nodes are many
     keys = [c.key for c in window]
     durations = [_duration(c) for c in window]
     what = f"node {named} was" if len(nodes) == 1 else f"{len(nodes)} nodes ({named}) were"
