@@ -197,13 +197,53 @@ def _literal_prefix(dir_glob: str) -> str:
     return os.sep.join(literal) or (os.sep if dir_glob.startswith(os.sep) else os.curdir)
 
 
-def _directories(pattern: str, dir_glob: str, skipped: list[SkippedFile]) -> tuple[list[str], bool]:
-    """Absolute directories matched by `dir_glob`, and whether a problem was reported (problems
-    go to `skipped`, never raised)."""
+def _one_star(dir_glob: str) -> tuple[str, str] | None:
+    """(before, after) when the only wildcard of `dir_glob` is one whole `*` component, the
+    shape of every chain's pattern (`<work>/nvrx/*/cycle_infos`); else None."""
+    parts = dir_glob.split(os.sep)
+    magic = [i for i, part in enumerate(parts) if _has_magic(part)]
+    if len(magic) != 1 or parts[magic[0]] != "*" or magic[0] == 0:
+        return None
+    k = magic[0]
+    return os.sep.join(parts[:k]) or os.sep, os.sep.join(parts[k + 1 :])
+
+
+def _expand_one_star(before: str, after: str) -> list[tuple[str, os.stat_result]] | None:
+    """The directories `<before>/*/<after>` names, each with its stat, as glob would match them
+    (no hidden names, symlinked directories followed), with one stat each instead of glob's
+    three; None when `before` cannot be listed (the caller says why)."""
+    try:
+        with os.scandir(before) as it:
+            names = sorted(e.name for e in it if not e.name.startswith(".") and e.is_dir())
+    except OSError:
+        return None
+    found = []
+    base = os.path.abspath(before)
+    for name in names:
+        path = os.path.join(base, name, after) if after else os.path.join(base, name)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue  # glob would not have matched it either
+        if stat.S_ISDIR(st.st_mode):
+            found.append((path, st))
+    return found
+
+
+def _directories(
+    pattern: str, dir_glob: str, skipped: list[SkippedFile]
+) -> tuple[list[tuple[str, os.stat_result | None]], bool]:
+    """Absolute directories matched by `dir_glob` (with their stat when the match took one),
+    and whether a problem was reported (problems go to `skipped`, never raised)."""
     if not _has_magic(dir_glob):
-        return [os.path.abspath(dir_glob)], False
-    matches = sorted(glob.glob(dir_glob))
-    dirs = [os.path.abspath(m) for m in matches if os.path.isdir(m)]
+        return [(os.path.abspath(dir_glob), None)], False
+    star = _one_star(dir_glob)
+    expanded = _expand_one_star(*star) if star is not None else None
+    if expanded is not None:
+        dirs: list[tuple[str, os.stat_result | None]] = list(expanded)
+    else:
+        matches = sorted(glob.glob(dir_glob))
+        dirs = [(os.path.abspath(m), None) for m in matches if os.path.isdir(m)]
     if not dirs:
         # glob swallows errors; say why the fixed part of the path did not lead anywhere.
         prefix = _literal_prefix(dir_glob)
@@ -363,9 +403,9 @@ def read_cycles(
         wanted = _name_matcher(name_glob)
         matched = 0
         directories, reported = _directories(pattern, dir_glob, skipped)
-        for directory in directories:
+        for directory, known_st in directories:
             try:
-                dst = os.stat(directory)
+                dst = known_st or os.stat(directory)
             except OSError as exc:
                 skipped.append(SkippedFile(directory, _dir_reason(exc)))
                 reported = True
