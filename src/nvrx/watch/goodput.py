@@ -140,19 +140,23 @@ Span = tuple[bool, bool, int | None]  # a job's task 0: (ended, ended cleanly, e
 Shares = dict[str, list[Any]]  # block ident → [fingerprint, share]: what `goodput` remembers
 
 
-def _share(
-    cols: CycleColumns,
-    after: tuple[str, int] | None,
-    by_span: dict[str, Span],
-    proofs: _Proofs,
-    unsaved: float,
-    end: int,
-) -> list[int]:
+@dataclass(frozen=True, slots=True)
+class _Around:
+    """What a block's share depends on besides its cycles and the cycle after it."""
+
+    by_span: dict[str, Span]
+    proofs: _Proofs
+    unsaved: float  # the last "no checkpoint file yet" pass, µs (-inf: none)
+    end: int  # the chain's end (now while it lives), µs: an open cycle runs until then
+
+
+def _share(cols: CycleColumns, after: tuple[str, int] | None, around: _Around) -> list[int]:
     """One block's [productive, progress_lost, restart_overhead, unknown, unproven] in µs (and
     a count); `after`, the (job, start) of the cycle after the block's last. This loop runs
     once per cycle that nothing remembered covers, so its sums stay in locals."""
-    last_before = proofs.last_before
-    no_saves = not proofs.at
+    by_span, unsaved, end = around.by_span, around.unsaved, around.end
+    last_before = around.proofs.last_before
+    no_saves = not around.proofs.at
     unproven = productive = lost_us = overhead = unknown = 0
     jobs, starts, ends = cols.jobs, cols.starts, cols.ends
     n_jobs = itertools.chain(itertools.islice(jobs, 1, None), (after[0] if after else None,))
@@ -192,13 +196,7 @@ def _share(
     return [productive, lost_us, overhead, unknown, unproven]
 
 
-def _fingerprint(
-    block: CycleBlock,
-    after: tuple[str, int] | None,
-    by_span: dict[str, Span],
-    proofs: _Proofs,
-    unsaved: float,
-) -> list[Any]:
+def _fingerprint(block: CycleBlock, after: tuple[str, int] | None, around: _Around) -> list[Any]:
     """Everything outside a closed block that its share depends on, exactly: how the cycle after
     it relates to its last, its jobs' task-0 endings, the saves that can prove one of its
     ends, and where `unsaved_until` falls among its ends."""
@@ -213,14 +211,14 @@ def _fingerprint(
         nxt = "other"
     # Lists, not tuples: what the state file gives back compares equal.
     spans = [
-        [job, None if (s := by_span.get(job)) is None else list(s)]
+        [job, None if (s := around.by_span.get(job)) is None else list(s)]
         for job in sorted(summary.job_starts)
     ]
     return [
         nxt,
         spans,
-        proofs.covering(lo, hi),
-        int(min(max(unsaved, lo - 1), hi)),
+        around.proofs.covering(lo, hi),
+        int(min(max(around.unsaved, lo - 1), hi)),
     ]
 
 
@@ -272,8 +270,8 @@ def goodput(
         s.job_id: (s.state is not None, s.clean, None if s.end is None else to_us(s.end))
         for s in spans
     }
-    proofs = _Proofs(saves)
     unsaved = -math.inf if unsaved_until is None else to_us(unsaved_until)
+    around = _Around(by_span, _Proofs(saves), unsaved, end)
     share = [0, 0, 0, 0, 0]
     for i, block in enumerate(blocks):
         first_after = blocks[i + 1].summary.first if i + 1 < len(blocks) else None
@@ -281,15 +279,15 @@ def goodput(
         ident = block.ident if shares is not None and not block.summary.open else None
         if ident is not None:
             assert shares is not None
-            fingerprint = _fingerprint(block, after, by_span, proofs, unsaved)
+            fingerprint = _fingerprint(block, after, around)
             known = shares.get(ident)
             if known is not None and known[0] == fingerprint:
                 part = known[1]
             else:
-                part = _share(block.columns, after, by_span, proofs, unsaved, end)
+                part = _share(block.columns, after, around)
                 shares[ident] = [fingerprint, part]
         else:
-            part = _share(block.columns, after, by_span, proofs, unsaved, end)
+            part = _share(block.columns, after, around)
         share = [a + b for a, b in zip(share, part, strict=True)]
     productive, lost, overhead, unknown, unproven = share
     us["productive"] += productive
