@@ -1112,9 +1112,11 @@ def generations(root: Path, jobs: Sequence[str], per_job: int = 3) -> str:
     for g, job in enumerate(jobs):
         directory = root / job / "cycle_infos"
         for i in range(per_job):
-            minute = 10 * g + 2 * i
-            _age(write(directory, job=job, cycle=i, start=f"2025-02-05T10:{minute:02d}:00Z",
-                       end=f"2025-02-05T10:{minute + 1:02d}:00Z", generation="1"))  # fmt: skip
+            begin = datetime(2025, 2, 5, 10, tzinfo=UTC) + timedelta(
+                minutes=max(10, 2 * per_job) * g + 2 * i
+            )
+            _age(write(directory, job=job, cycle=i, start=f"{begin:%Y-%m-%dT%H:%M:%SZ}",
+                       end=f"{begin + timedelta(minutes=1):%Y-%m-%dT%H:%M:%SZ}", generation="1"))  # fmt: skip
         _age(directory)
     return str(root / "*" / "cycle_infos" / "cycle_info.*")
 
@@ -1127,16 +1129,17 @@ def test_a_warm_pass_builds_no_record_of_an_unchanged_generation_until_one_is_as
     cold, _, _ = read_cycles([pattern], CycleCache(cache_path))
     warm, skipped, stats = read_cycles([pattern], CycleCache(cache_path))
     assert (stats.cached, stats.parsed, skipped) == (9, 0, [])
-    assert len(warm.blocks) == 3 and not any(b.loaded for b in warm.blocks)
+    assert len(warm.blocks) == 3 and not any(b.built for b in warm.blocks)
     # What a pass needs of every cycle comes from the columns alone.
     assert len(warm) == 9
     assert [job for job, _, _ in warm.times()] == ["101"] * 3 + ["102"] * 3 + ["103"] * 3
     assert warm.highs() == {"101.0": 2, "102.0": 2, "103.0": 2}
-    assert not any(b.loaded for b in warm.blocks)
-    # Asking for one generation builds that one's records only.
+    assert warm.count_of("102") == 3 and not any(b.built for b in warm.blocks)
+    # Asking for one generation builds that one's records only; one cycle, that one only.
     assert [c.key for c in warm.of_job("103")] == ["103.0.0", "103.0.1", "103.0.2"]
-    assert [b.loaded for b in warm.blocks] == [False, False, True]
-    assert warm[3].key == "102.0.0" and warm.blocks[1].loaded
+    assert [b.built for b in warm.blocks] == [0, 0, 3]
+    assert warm[3].key == "102.0.0" and [b.built for b in warm.blocks] == [0, 1, 3]
+    assert warm[3] is warm.of_job("102")[0]  # built once: the same record either way
     # And the records are the ones a read without any cache gives, in the same order.
     uncached, _, _ = read_cycles([pattern], None)
     assert warm == uncached == cold
@@ -1162,11 +1165,35 @@ def test_a_warm_pass_computes_goodput_failures_and_detectors_from_the_current_ge
     lazy = goodput(warm, [], saves, at)
     run_detectors(snap, WatchSettings())
     assert failed_cycles(snap, 600) == []  # nothing ended in the last 10 minutes
-    assert [b.loaded for b in warm.blocks] == [False, False, True]
+    assert [b.built for b in warm.blocks] == [0, 0, 3]
     uncached, _, _ = read_cycles([pattern], None)
     assert lazy == goodput(list(uncached), [], saves, at)
     assert lazy.seconds["restart_overhead"] > 0 and lazy.seconds["progress_lost"] > 0
     assert [c.key for c in failed_cycles(snap, 3600)][:2] == ["101.0.0", "101.0.1"]
+
+
+def test_the_detectors_build_only_the_records_they_look_at(tmp_path: Path) -> None:
+    """A current generation of 20 short cycles, long past the storm window: the suspect-node
+    detector compares the nodes of the last 3, the others need the latest (one of them): 3
+    records of 20, and the findings of a read that built every record."""
+    from nvrx.config import WatchSettings
+    from nvrx.watch.detectors import run_detectors
+    from nvrx.watch.model import ChainRef, Checkpoint, Snapshot
+
+    pattern = generations(tmp_path / "w", ["101", "102"], per_job=20)
+    cache_path = tmp_path / "cache.json"
+    read_cycles([pattern], CycleCache(cache_path))
+    warm, _, _ = read_cycles([pattern], CycleCache(cache_path))
+    chain = ChainRef(name="train", user="alice", work_dir=None)
+    at = datetime(2025, 2, 5, 13, tzinfo=UTC)
+    found = run_detectors(
+        Snapshot(at, "h", chain, warm, Checkpoint(path=None), None), WatchSettings()
+    )
+    assert [b.built for b in warm.blocks] == [0, 3]
+    uncached, _, _ = read_cycles([pattern], None)
+    everything = Snapshot(at, "h", chain, uncached, Checkpoint(path=None), None)
+    assert found == run_detectors(everything, WatchSettings())  # the same findings
+    assert "nvrx-suspect-node-102" in [f.key for f in found]
 
 
 def test_unchanged_directories_holding_one_job_are_merged_and_deduplicated_like_fresh_files(

@@ -316,23 +316,21 @@ def _block(
     def columns() -> CycleColumns:
         return cache.columns(directory, name_glob)
 
-    def records(cols: CycleColumns) -> list[CycleInfo]:
-        rows = cache.rows(directory, name_glob)
+    rows: list[list[Any]] = []  # decoded on the first record asked for
+
+    def record(cols: CycleColumns, i: int) -> CycleInfo:
+        if not rows:
+            rows.extend(cache.rows(directory, name_glob))
+        job, attempt, number = cols.jobs[i], cols.attempts[i], cols.numbers[i]
         try:
-            return [
-                info_from_fields(
-                    [job, attempt, number, start, end, *row[3:]],
-                    prefix + file_name(job, attempt, number),
-                )
-                for job, attempt, number, start, end, row in zip(
-                    cols.jobs, cols.attempts, cols.numbers, cols.starts, cols.ends, rows,
-                    strict=True,
-                )
-            ]  # fmt: skip
+            return info_from_fields(
+                [job, attempt, number, cols.starts[i], cols.ends[i], *rows[i][3:]],
+                prefix + file_name(job, attempt, number),
+            )
         except (TypeError, ValueError, OverflowError) as exc:
             raise ValueError(f"cycle cache: a bad row for {directory}: {exc}") from None
 
-    return CycleBlock(summary, load_columns=columns, load_records=records, ident=ident)
+    return CycleBlock(summary, load_columns=columns, load_record=record, ident=ident)
 
 
 _FLOOR = datetime.min.replace(tzinfo=UTC)

@@ -145,12 +145,21 @@ class CycleBlock:
     """A non-empty run of cycles in order: its summary always, its columns and records on
     demand. The cycle cache hands out an unchanged directory as a block that decodes its
     columns only for goodput (when nothing remembered covers it) and builds records only when
-    something asks for that generation (a detector looking at the current one), so a warm
-    pass over 100,000 files builds a record for the current generation's cycles, not for
-    every file. `ident` names an unchanged directory's content (goodput remembers its share
-    by it); None for cycles read this pass."""
+    something asks for them, one by one (the latest cycle, a detector's few), so a warm pass
+    over 100,000 files builds a handful of records, not one per file. A record is built once:
+    asked for again, one by one or with the whole block, it is the same object. `ident` names
+    an unchanged directory's content (goodput remembers its share by it); None for cycles read
+    this pass."""
 
-    __slots__ = ("_columns", "_load_columns", "_load_records", "_records", "ident", "summary")
+    __slots__ = (
+        "_built",
+        "_columns",
+        "_load_columns",
+        "_load_record",
+        "_records",
+        "ident",
+        "summary",
+    )
 
     def __init__(
         self,
@@ -159,7 +168,7 @@ class CycleBlock:
         columns: CycleColumns | None = None,
         load_columns: Callable[[], CycleColumns] | None = None,
         records: Sequence[CycleInfo] | None = None,
-        load_records: Callable[[CycleColumns], Sequence[CycleInfo]] | None = None,
+        load_record: Callable[[CycleColumns, int], CycleInfo] | None = None,
         ident: str | None = None,
     ) -> None:
         self.summary = summary
@@ -167,7 +176,8 @@ class CycleBlock:
         self._columns = columns
         self._load_columns = load_columns
         self._records: tuple[CycleInfo, ...] | None = None if records is None else tuple(records)
-        self._load_records = load_records
+        self._load_record = load_record
+        self._built: dict[int, CycleInfo] = {}
 
     @classmethod
     def of(cls, records: Sequence[CycleInfo]) -> CycleBlock:
@@ -178,8 +188,9 @@ class CycleBlock:
         return self.summary.count
 
     @property
-    def loaded(self) -> bool:
-        return self._records is not None
+    def built(self) -> int:
+        """How many of its records exist (all of them for cycles read this pass)."""
+        return len(self) if self._records is not None else len(self._built)
 
     @property
     def columns(self) -> CycleColumns:
@@ -191,13 +202,21 @@ class CycleBlock:
             self._columns = columns
         return self._columns
 
+    def record(self, i: int) -> CycleInfo:
+        if self._records is not None:
+            return self._records[i]
+        if not 0 <= i < len(self):
+            raise IndexError("cycle index out of range")
+        built = self._built.get(i)
+        if built is None:
+            assert self._load_record is not None
+            built = self._built[i] = self._load_record(self.columns, i)
+        return built
+
     def records(self) -> tuple[CycleInfo, ...]:
         if self._records is None:
-            assert self._load_records is not None
-            records = tuple(self._load_records(self.columns))
-            if len(records) != len(self):
-                raise ValueError(f"a block of {len(self)} cycles loaded {len(records)} records")
-            self._records = records
+            self._records = tuple(self.record(i) for i in range(len(self)))
+            self._built = {}
         return self._records
 
 
@@ -238,7 +257,7 @@ class Cycles(Sequence[CycleInfo]):
         if not 0 <= index < n:
             raise IndexError("cycle index out of range")
         b = bisect.bisect_right(self._offsets, index)
-        return self.blocks[b].records()[index - (self._offsets[b - 1] if b else 0)]
+        return self.blocks[b].record(index - (self._offsets[b - 1] if b else 0))
 
     def __iter__(self) -> Iterator[CycleInfo]:
         for block in self.blocks:
@@ -263,6 +282,36 @@ class Cycles(Sequence[CycleInfo]):
             for c in b.records()
             if c.job_id == job_id
         ]
+
+    def count_of(self, job_id: str) -> int:
+        """How many cycles one generation has (no record built)."""
+        return sum(
+            b.columns.jobs.count(job_id) for b in self.blocks if job_id in b.summary.job_starts
+        )
+
+    def last_start_of(self, job_id: str) -> datetime | None:
+        """No cycle of the generation started after this (its latest start when its blocks
+        hold it alone, as a generation's directory does); None when it has no cycle."""
+        starts = [b.summary.last[0] for b in self.blocks if job_id in b.summary.job_starts]
+        return from_us(max(starts)) if starts else None
+
+    def times_of(self, job_id: str) -> list[tuple[int, int, int | None]]:
+        """(index, start, end) of one generation's cycles in order, in microseconds since the
+        epoch, from the columns: `self[index]` builds the record of just that one."""
+        out: list[tuple[int, int, int | None]] = []
+        base = 0
+        for block in self.blocks:
+            if job_id in block.summary.job_starts:
+                c = block.columns
+                out += [
+                    (base + i, start, end)
+                    for i, (job, start, end) in enumerate(
+                        zip(c.jobs, c.starts, c.ends, strict=True)
+                    )
+                    if job == job_id
+                ]
+            base += len(block)
+        return out
 
     def times(self) -> Iterator[tuple[str, int, int | None]]:
         """(job, start, end) of every cycle in order, in microseconds since the epoch."""

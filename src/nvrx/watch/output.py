@@ -96,7 +96,7 @@ def pass_json(result: PassResult) -> dict[str, Any]:
             },
             "cycles": len(snap.cycles),
             "current_job": current,
-            "restarts": len(snap.cycles_of(current)) - 1 if current else None,
+            "restarts": snap.cycles.count_of(current) - 1 if current else None,
             "latest_cycle": None
             if latest is None
             else {
@@ -181,7 +181,7 @@ def pass_lines(result: PassResult) -> list[Line]:
     if latest is None:
         say("cycle: no cycle-info files yet")
     else:
-        restarts = len(snap.cycles_of(latest.job_id)) - 1
+        restarts = snap.cycles.count_of(latest.job_id) - 1
         end = "open" if latest.end is None else f"ended {ago((now - latest.end).total_seconds())}"
         standby = compress(latest.standby_nodes) or "none"
         say(

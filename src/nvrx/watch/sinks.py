@@ -182,13 +182,13 @@ def _chain_metrics(
             [(chain, last_success.timestamp())],
         )
     if current is not None:
-        cycles = snap.cycles_of(current)
+        count = snap.cycles.count_of(current)
         job = f'{chain},job="{_label(current)}"'
-        metric("nvrx_watch_cycles", "cycles of the current generation", [(job, len(cycles))])
+        metric("nvrx_watch_cycles", "cycles of the current generation", [(job, count)])
         metric(
             "nvrx_watch_restarts",
             "in-job restarts of the current generation",
-            [(job, max(len(cycles) - 1, 0))],
+            [(job, max(count - 1, 0))],
         )
     ckpt = snap.checkpoint
     if ckpt.value is not None:

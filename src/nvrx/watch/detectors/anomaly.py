@@ -23,7 +23,7 @@ from nvrx.watch.detectors.common import (
     _queue,
     _queue_gate,
 )
-from nvrx.watch.model import CycleInfo, Finding, Severity, Snapshot
+from nvrx.watch.model import CycleInfo, Finding, Severity, Snapshot, to_us
 
 
 def restart_storm(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
@@ -45,6 +45,9 @@ def restart_storm(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     job = snap.current_job
     if job is None:
         return []
+    last_start = snap.cycles.last_start_of(job)
+    if last_start is None or _age(snap.observed_at, last_start) > cfg.storm_window:
+        return []  # nothing started within the window (and no record was built to see it)
     cycles = snap.cycles_of(job)
     latest = snap.latest
     reset_at: datetime | None = None
@@ -105,11 +108,11 @@ def restart_storm(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     ]
 
 
-def _save_interval_note(cycles: Sequence[CycleInfo], save_interval: float | None) -> str | None:
+def _save_interval_note(durations: Sequence[float], save_interval: float | None) -> str | None:
     """The most common cause of a stall: cycles too short to ever reach the next checkpoint."""
-    if save_interval is None or not cycles:
+    if save_interval is None or not durations:
         return None
-    median = statistics.median(_duration(c) for c in cycles)
+    median = statistics.median(durations)
     if median >= save_interval:
         return None
     return (
@@ -135,7 +138,8 @@ def stalled_progress(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     job = snap.current_job
     if job is None or not _queue_gate(snap, job):
         return []
-    completed = [c for c in snap.cycles_of(job) if c.end is not None]
+    # (index, start, end) of the completed cycles, from the columns: records only for evidence.
+    completed = [(i, s, e) for i, s, e in snap.cycles.times_of(job) if e is not None]
     ckpt = snap.checkpoint
     runbook = (
         "Check that the job saves checkpoints and that the iteration file is updated; compare "
@@ -167,7 +171,9 @@ def stalled_progress(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
             # rather than page (the observation keeps the last value it read).
             return []
         why = ckpt.error or ("no file yet" if ckpt.path else "no checkpoint-iteration file known")
-        note = _save_interval_note(completed, ckpt.save_interval_seconds)
+        note = _save_interval_note(
+            [(e - s) / 1e6 for _, s, e in completed], ckpt.save_interval_seconds
+        )
         return [
             Finding(
                 detector="stalled_progress",
@@ -197,11 +203,14 @@ def stalled_progress(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     since = ckpt.first_seen or ckpt.mtime
     if since is None:
         return []
-    stuck = [c for c in completed if c.start >= since]
-    if len(stuck) < cfg.stall_cycles:
+    since_us = to_us(since)
+    stuck_at = [(i, s, e) for i, s, e in completed if s >= since_us]
+    if len(stuck_at) < cfg.stall_cycles:
         return []
-    note = _save_interval_note(stuck, ckpt.save_interval_seconds)
-    median = statistics.median(_duration(c) for c in stuck)
+    durations = [(e - s) / 1e6 for _, s, e in stuck_at]
+    note = _save_interval_note(durations, ckpt.save_interval_seconds)
+    median = statistics.median(durations)
+    stuck = [snap.cycles[i] for i, _, _ in stuck_at]
     return [
         Finding(
             detector="stalled_progress",
@@ -396,16 +405,18 @@ def suspect_node(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
         and (_duration_until(latest, snap.observed_at) >= cfg.short_cycle_seconds)
     ):
         return []  # the current cycle has outlived the short ones: the suspicion is stale
-    completed = [c for c in snap.cycles_of(job) if c.end is not None]
-    run: list[CycleInfo] = []
-    for cycle in reversed(completed):
-        if _duration(cycle) >= cfg.short_cycle_seconds:
+    # The trailing run from the columns; records only for the cycles whose nodes are compared.
+    run: list[int] = []
+    for index, start, end in reversed(snap.cycles.times_of(job)):
+        if end is None:
+            continue  # not completed
+        if (end - start) / 1e6 >= cfg.short_cycle_seconds:
             break
-        run.append(cycle)
+        run.append(index)
     run.reverse()
     if len(run) < cfg.suspect_cycles:
         return []
-    window = run[-cfg.suspect_cycles :]
+    window = [snap.cycles[i] for i in run[-cfg.suspect_cycles :]]
     common = set(window[0].active_nodes)
     for cycle in window[1:]:
         common &= set(cycle.active_nodes)
