@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import secrets
 import shutil
 import statistics
@@ -95,6 +96,9 @@ def fleet_pass(root: Path, state: Path, runs: int) -> tuple[float, int]:
     """(median warm seconds, Slurm commands of a pass)."""
     argv = [*NVRX, "--fleet", str(root), "--state-dir", str(state), "--json"]
     run(argv)  # cold: fills every chain's cycle cache
+    # On a cluster the files were written long ago: flush what was just written (the files, the
+    # caches) rather than time the passes against the kernel's writeback of it.
+    os.sync()
     times, commands = [], 0
     for _ in range(runs):
         seconds, out = run(argv)

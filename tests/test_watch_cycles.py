@@ -1080,6 +1080,29 @@ def test_an_unchanged_directory_is_listed_again_after_the_listing_ttl(
     assert listed == [str(tmp_path / "d")]
 
 
+def test_a_directory_listed_again_after_the_ttl_is_trusted_again_for_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The listing time is the last listing's: a chain watched for more than an hour must not
+    be listed on every pass from then on."""
+    aged_files(tmp_path / "d", 2)
+    cache_path = tmp_path / "cache.json"
+    read_cycles([str(tmp_path / "d")], CycleCache(cache_path))
+    later = time.time_ns() + cyclecache.LISTING_TTL_NS + 1
+    monkeypatch.setattr(cyclecache.time, "time_ns", lambda: later)
+    listed: list[str] = []
+    real = os.scandir
+
+    def counting(path: str) -> object:
+        listed.append(path)
+        return real(path)
+
+    monkeypatch.setattr("nvrx.watch.cycles.os.scandir", counting)
+    for _ in range(3):  # the first pass past the TTL lists it; the next ones trust it again
+        read_cycles([str(tmp_path / "d")], CycleCache(cache_path))
+    assert listed == [str(tmp_path / "d")]
+
+
 @pytest.mark.parametrize(
     "spoil",
     [

@@ -401,17 +401,10 @@ class CycleCache:
             "rows": rows_text,
             "crc": _crc(cols_text, rows_text),
         }
+        # Listed just now: trusted (when complete and settled) until LISTING_TTL from now. (It
+        # used to keep the first listing's time, so after an hour every pass listed again.)
+        record["listed"] = [dst.st_mtime_ns, dst.st_ino, now] if trusted else None
         previous = self._dirs.get(key)
-        listed = previous.get("listed") if type(previous) is dict else None
-        if trusted and not (
-            type(listed) is list
-            and len(listed) == 3
-            and listed[:2] == [dst.st_mtime_ns, dst.st_ino]
-            and isinstance(listed[2], int)
-        ):
-            listed = [dst.st_mtime_ns, dst.st_ino, now]
-        # An unchanged listing keeps its original time, so the TTL really expires.
-        record["listed"] = listed if trusted else None
         if previous == record:
             return
         self._dirs[key] = record
