@@ -1089,7 +1089,7 @@ def test_a_directory_listed_again_after_the_ttl_is_trusted_again_for_another(
     cache_path = tmp_path / "cache.json"
     read_cycles([str(tmp_path / "d")], CycleCache(cache_path))
     later = time.time_ns() + cyclecache.LISTING_TTL_NS + 1
-    monkeypatch.setattr(cyclecache.time, "time_ns", lambda: later)
+    monkeypatch.setattr("nvrx.watch.cyclecache.time.time_ns", lambda: later)
     listed: list[str] = []
     real = os.scandir
 
