@@ -1061,13 +1061,8 @@ def test_an_open_cycle_rewritten_in_place_is_seen_although_its_directory_was_cac
     assert after.end is not None
 
 
-def test_an_unchanged_directory_is_listed_again_after_the_listing_ttl(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    aged_files(tmp_path / "d", 2)
-    cache_path = tmp_path / "cache.json"
-    read_cycles([str(tmp_path / "d")], CycleCache(cache_path))
-    monkeypatch.setattr(cyclecache, "LISTING_TTL_NS", -1)
+def count_listings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The directories the reader lists (scandir) from now on, in order."""
     listed: list[str] = []
     real = os.scandir
 
@@ -1076,6 +1071,17 @@ def test_an_unchanged_directory_is_listed_again_after_the_listing_ttl(
         return real(path)
 
     monkeypatch.setattr("nvrx.watch.cycles.os.scandir", counting)
+    return listed
+
+
+def test_an_unchanged_directory_is_listed_again_after_the_listing_ttl(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    aged_files(tmp_path / "d", 2)
+    cache_path = tmp_path / "cache.json"
+    read_cycles([str(tmp_path / "d")], CycleCache(cache_path))
+    monkeypatch.setattr(cyclecache, "LISTING_TTL_NS", -1)
+    listed = count_listings(monkeypatch)
     read_cycles([str(tmp_path / "d")], CycleCache(cache_path))
     assert listed == [str(tmp_path / "d")]
 
@@ -1090,14 +1096,7 @@ def test_a_directory_listed_again_after_the_ttl_is_trusted_again_for_another(
     read_cycles([str(tmp_path / "d")], CycleCache(cache_path))
     later = time.time_ns() + cyclecache.LISTING_TTL_NS + 1
     monkeypatch.setattr("nvrx.watch.cyclecache.time.time_ns", lambda: later)
-    listed: list[str] = []
-    real = os.scandir
-
-    def counting(path: str) -> object:
-        listed.append(path)
-        return real(path)
-
-    monkeypatch.setattr("nvrx.watch.cycles.os.scandir", counting)
+    listed = count_listings(monkeypatch)
     for _ in range(3):  # the first pass past the TTL lists it; the next ones trust it again
         read_cycles([str(tmp_path / "d")], CycleCache(cache_path))
     assert listed == [str(tmp_path / "d")]
