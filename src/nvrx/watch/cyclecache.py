@@ -390,19 +390,17 @@ class CycleCache:
             if self._dirs.pop(key, None) is not None:
                 self._dirty = True
             return
-        fields = [f for _, f in kept]
-        columns = CycleColumns(*(tuple(f[i] for f in fields) for i in range(len(COLUMNS))))
-        cols_text = _pack([list(c) for c in zip(*(f[: len(COLUMNS)] for f in fields), strict=True)])
+        transposed = [list(c) for c in zip(*(f[: len(COLUMNS)] for _, f in kept), strict=True)]
+        cols_text = _pack(transposed)
         rows_text = _pack([[*st, *f[len(COLUMNS) :]] for st, f in kept])
         record: dict[str, Any] = {
-            "summary": _summary_json(BlockSummary.of(columns)),
+            "summary": _summary_json(BlockSummary.of(CycleColumns(*transposed))),
             "open": [[file_name(*f[:3]), *st] for st, f in kept if f[4] is None],
             "cols": cols_text,
             "rows": rows_text,
             "crc": _crc(cols_text, rows_text),
         }
-        # Listed just now: trusted (when complete and settled) until LISTING_TTL from now. (It
-        # used to keep the first listing's time, so after an hour every pass listed again.)
+        # Listed just now: trusted (when complete and settled) until LISTING_TTL from now.
         record["listed"] = [dst.st_mtime_ns, dst.st_ino, now] if trusted else None
         previous = self._dirs.get(key)
         if previous == record:

@@ -377,10 +377,11 @@ def read_cycles(
     what is (or is not) on disk.
 
     A pattern is a glob (`/w/nvrx/*/cycle_infos/cycle_info.*`) or a plain directory (meaning
-    `<dir>/cycle_info.*`). Wildcards in the directory part go through `glob`; each directory is
-    then listed once with `os.scandir`, so a pass costs one `lstat` per file plus, for files the
-    cache does not know, one read; a directory the cache knows unchanged is not listed at all,
-    and its records are only built when asked for (`Cycles`).
+    `<dir>/cycle_info.*`). Wildcards in the directory part go through `glob` (one whole `*`
+    component, a chain's shape, through one scandir); each directory is then listed once with
+    `os.scandir`, so a pass costs one `lstat` per file plus, for files the cache does not know,
+    one read; a directory the cache knows unchanged is not listed at all, and its records are
+    only built when asked for (`Cycles`).
 
     Results: cycles deduplicated by `job.attempt.cycle` (the loser is reported as skipped) and
     sorted by (start, attempt_index, cycle_number); skipped files and pattern problems, each
@@ -418,13 +419,12 @@ def read_cycles(
                 continue
             visited_dirs.add(ident)
             records.add(record_key(directory, name_glob))
-            same = cache.unchanged(directory, dst, name_glob) if cache is not None else None
-            if same is not None:
+            if cache is not None and (same := cache.unchanged(directory, dst, name_glob)):
                 summary, content = same
                 matched += summary.count
                 stats.cached += summary.count
                 stats.seen += summary.count
-                blocks.append(_block(cache, directory, name_glob, summary, content))  # type: ignore[arg-type]
+                blocks.append(_block(cache, directory, name_glob, summary, content))
                 continue
             try:
                 with os.scandir(directory) as it:

@@ -99,10 +99,6 @@ def fleet_goodput(parts: Sequence[Goodput]) -> Goodput:
     return Goodput(min(starts, default=None), max(ends, default=None), seconds)
 
 
-def _seconds(a: datetime, b: datetime) -> float:
-    return max((b - a).total_seconds(), 0.0)
-
-
 class _Proofs:
     """`SaveSeen`s by save time, to answer "which save did the file hold at time T, as a pass
     at or after T proved?" in O(log n) per cycle (a chain may keep thousands of saves)."""
@@ -276,16 +272,14 @@ def goodput(
     for i, block in enumerate(blocks):
         first_after = blocks[i + 1].summary.first if i + 1 < len(blocks) else None
         after = None if first_after is None else (first_after[3], first_after[0])
-        ident = block.ident if shares is not None and not block.summary.open else None
-        if ident is not None:
-            assert shares is not None
+        if shares is not None and block.ident is not None and not block.summary.open:
             fingerprint = _fingerprint(block, after, around)
-            known = shares.get(ident)
+            known = shares.get(block.ident)
             if known is not None and known[0] == fingerprint:
                 part = known[1]
             else:
                 part = _share(block.columns, after, around)
-                shares[ident] = [fingerprint, part]
+                shares[block.ident] = [fingerprint, part]
         else:
             part = _share(block.columns, after, around)
         share = [a + b for a, b in zip(share, part, strict=True)]

@@ -342,18 +342,7 @@ class Cycles(Sequence[CycleInfo]):
         if not hits:
             return []
         found = [self[i] for i in hits]
-        wanted = {c.job_id for c in found}
-        last: dict[str, int] = {}  # job → index of its last cycle, from the last block holding it
-        for b in range(len(self.blocks) - 1, -1, -1):
-            block = self.blocks[b]
-            here = [j for j in wanted if j not in last and j in block.summary.job_starts]
-            if here:
-                jobs = list(block.columns.jobs)
-                base = self._offsets[b] - len(block)
-                for job in here:
-                    last[job] = base + len(jobs) - 1 - jobs[::-1].index(job)
-            if len(last) == len(wanted):
-                break
+        last = {job: self.times_of(job)[-1][0] for job in {c.job_id for c in found}}
         return [(c, last[c.job_id] == i) for i, c in zip(hits, found, strict=True)]
 
 
