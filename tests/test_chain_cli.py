@@ -88,6 +88,31 @@ def test_dry_run_json(shared_dir: Path) -> None:
     assert doc["job_name"].startswith("nvrx_singleton-")
 
 
+def test_a_default_chain_prints_no_fault_warning_and_an_injecting_one_always_does(
+    shared_dir: Path,
+) -> None:
+    base = ["submit-chain", "--dry-run", "--work-dir", str(shared_dir / "w"), *REHEARSAL]
+    clean = nvrx(*base, cwd=shared_dir)
+    assert clean.returncode == 0, clean.stderr
+    assert "WARNING" not in clean.stdout + clean.stderr
+    assert json.loads(nvrx(*base, "--json", cwd=shared_dir).stdout)["fault_warning"] is None
+
+    faulty = [*base, "--set", "chain.fault_inject=true", "--set", "chain.inject_gpu_failure=1:0"]
+    for extra in ([], ["--json"]):
+        proc = nvrx(*faulty, *extra, cwd=shared_dir)
+        assert proc.returncode == 0, proc.stderr
+        (line,) = [ln for ln in proc.stderr.splitlines() if "WARNING" in ln]
+        assert line.startswith("WARNING: this chain injects faults into itself: ")
+        assert "(chain.fault_inject, cli --set chain.fault_inject)" in line
+        assert "GPU failures at cycle:rank 1:0" in line
+    assert json.loads(proc.stdout)["fault_warning"] == line
+
+    # The rehearsal example opts in to upstream's no-restart demo, and says so.
+    rehearsal = Path(__file__).parents[1] / "examples" / "rehearsal" / "nvrx.yaml"
+    demo = nvrx(*base, "--config", str(rehearsal), cwd=shared_dir)
+    assert "the no-restart demo (chain.no_restart_demo, file " in demo.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nvrx.chain.script import effective_faults, render_script
+from nvrx.chain.script import FaultKnobs, effective_faults, fault_warning, render_script
 from nvrx.chain.shape import PROFILES, ArrayShape, ChainError, batch_sizes, check_work_dir
 from nvrx.config import ChainSettings, load_config
 
@@ -161,22 +161,37 @@ def test_the_script_is_a_singleton_no_requeue_generation_with_the_trap_first() -
 
 
 def test_the_demo_modes() -> None:
-    demo = effective_faults(ChainSettings())
-    assert (demo.fault_inject, demo.inject_gpu_failure, demo.max_no_progress_cycles) == (
-        True,
-        "",
-        1,
+    assert effective_faults(ChainSettings()) == FaultKnobs(False, "", None)  # nothing by default
+    demo = effective_faults(ChainSettings(no_restart_demo=True, inject_gpu_failure="1:0"))
+    assert demo == FaultKnobs(True, "", 1)
+    handoff = effective_faults(ChainSettings(fault_inject=True, inject_gpu_failure="1:0,2:0"))
+    assert handoff == FaultKnobs(True, "1:0,2:0", None)
+
+
+def test_the_fault_warning_names_each_fault_and_its_source() -> None:
+    def settings(**values: object) -> dict[str, dict[str, object]]:
+        rows = {f"chain.{k}": {"value": v, "source": "default"} for k, v in
+                ChainSettings().model_dump(mode="json").items()}  # fmt: skip
+        for key, value in values.items():
+            rows[f"chain.{key}"] = {"value": value, "source": "file site.yaml"}
+        return rows
+
+    assert fault_warning(settings()) is None
+    line = fault_warning(settings(fault_inject=True, inject_gpu_failure="1:0"))
+    assert line is not None and "\n" not in line
+    assert line.startswith("WARNING: this chain injects faults into itself: ")
+    assert "a workload fault, async_exc on rank(s) 2 60 s into the cycle" in line
+    assert "(chain.fault_inject, file site.yaml)" in line
+    assert "GPU failures at cycle:rank 1:0 (chain.inject_gpu_failure, file site.yaml)" in line
+    demo = fault_warning(settings(no_restart_demo=True))
+    assert (
+        demo is not None and "the no-restart demo (chain.no_restart_demo, file site.yaml)" in demo
     )
-    handoff = effective_faults(ChainSettings(no_restart_demo=False))
-    assert (handoff.fault_inject, handoff.inject_gpu_failure, handoff.max_no_progress_cycles) == (
-        True,
-        "1:0,2:0",
-        None,
-    )
-    real = effective_faults(
-        ChainSettings(no_restart_demo=False, fault_inject=False, inject_gpu_failure="")
-    )
-    assert (real.fault_inject, real.inject_gpu_failure) == (False, "")
+    assert "exits 93 after one cycle" in demo
+    # An old manifest without the demo's key still gets its faults named.
+    old = settings(fault_inject=True)
+    del old["chain.no_restart_demo"]
+    assert "workload fault" in (fault_warning(old) or "")
 
 
 def test_bad_extra_env_names_are_refused() -> None:

@@ -98,16 +98,14 @@ def stand_ins(tmp_path: Path) -> Path:
     return bin_dir
 
 
-@pytest.fixture
-def generation(tmp_path: Path) -> Generation:
+def rendered(tmp_path: Path, **overrides: object) -> Generation:
+    """The generation script for the built-in defaults plus `overrides`, with the stand-in
+    launcher."""
     bin_dir = stand_ins(tmp_path)
     work = tmp_path / "work"
-    overrides = {
-        "chain.launcher": ([str(bin_dir / "launcher")], "t"),
-        "chain.train_command": (["/bin/true"], "t"),
-        "chain.no_restart_demo": (False, "t"),
-    }
-    chain = load_config(environ={}, cli=overrides).config.chain
+    cli: dict[str, tuple[object, str]] = {"chain.launcher": ([str(bin_dir / "launcher")], "t")}
+    cli |= {f"chain.{key}": (value, "t") for key, value in overrides.items()}
+    chain = load_config(environ={}, cli=cli).config.chain
     text = render_script(
         chain,
         ArrayShape(1, 1, 1, 1, 4),
@@ -119,6 +117,11 @@ def generation(tmp_path: Path) -> Generation:
     script = tmp_path / "gen.sbatch"
     script.write_text(text)
     return Generation(tmp_path, work, script)
+
+
+@pytest.fixture
+def generation(tmp_path: Path) -> Generation:
+    return rendered(tmp_path, train_command=["/bin/true"], no_restart_demo=False)
 
 
 def finish(generation: Generation, proc: subprocess.Popen[str]) -> tuple[int, str]:
@@ -139,6 +142,26 @@ def test_the_launcher_gets_the_reference_flags(generation: Generation) -> None:
     )
     assert flag["--max-restarts"] == "7" and args[-1] == "/bin/true"
     assert (generation.control / "rdzv_host").read_text() == "n7\n"
+
+
+def test_a_chain_with_the_default_settings_injects_no_fault(tmp_path: Path) -> None:
+    # Megatron's command line as the defaults render it: no injector flag, no GPU failure for
+    # the launcher, and the real checkpoint file as the progress file (not the demo's).
+    generation = rendered(tmp_path)
+    rc, out = finish(generation, generation.run())
+    assert rc == 0, out
+    args = generation.launcher_args()
+    assert "--enable-ft-package" in args  # it is Megatron's command line
+    assert not [a for a in args if a.startswith("--fault-injector")], args
+    assert "--ft-max-no-progress-cycles" not in args
+    iteration_file = args[args.index("--ft-checkpoint-iteration-file") + 1]
+    assert iteration_file.endswith("/checkpoints/latest_checkpointed_iteration.txt")
+    env = dict(
+        line.split("=", 1)
+        for line in (generation.dir / "launcher.env").read_text().splitlines()
+        if "=" in line
+    )
+    assert env["NVRX_FAULT_INJECT"] == "0" and "NVRX_INJECT_GPU_FAILURE" not in env
 
 
 def test_an_ordinary_ending_closes_the_gate_and_cancels_only_the_generation(

@@ -140,6 +140,8 @@ def test_a_worker_failure_is_a_new_cycle_not_a_new_generation(
         "--set",
         "chain.no_restart_demo=false",
         "--set",
+        "chain.fault_inject=true",
+        "--set",
         "chain.inject_gpu_failure=",
         "--set",
         "chain.fault_ranks=1",
@@ -173,6 +175,8 @@ def test_losing_task_0_hands_off_to_the_next_generation_which_resumes(
         "--set",
         "chain.no_restart_demo=false",
         "--set",
+        "chain.fault_inject=true",
+        "--set",
         "chain.inject_gpu_failure=1:0",
         "--set",
         "chain.fault_ranks=1",
@@ -205,8 +209,8 @@ def test_losing_task_0_hands_off_to_the_next_generation_which_resumes(
 
 def test_no_restart_cancels_exactly_its_own_chain(slurm: Slurm, work_root: Path) -> None:
     name = f"nvrx-test-{uuid.uuid4().hex[:8]}"
-    # Chain A is the no-restart demo (the default mode): a fault in cycle 0, no checkpoint
-    # progress (the demo's static iteration file), every launcher exits 93.
+    # Chain A is the no-restart demo (the rehearsal config opts in): a fault in cycle 0, no
+    # checkpoint progress (the demo's static iteration file), every launcher exits 93.
     a = submit(
         work_root / "a",
         "-K",

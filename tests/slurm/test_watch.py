@@ -258,7 +258,8 @@ def test_one_fleet_pass_reports_three_chains_and_what_the_failure_cost(
         submit(root / name, "--job-name", f"fleet-{name}-{os.getpid()}", *common, *NO_FAULTS)
     submit(
         root / "faulty", "--job-name", f"fleet-faulty-{os.getpid()}", *common,
-        "--set", "chain.no_restart_demo=false", "--set", "chain.inject_gpu_failure=",
+        "--set", "chain.no_restart_demo=false", "--set", "chain.fault_inject=true",
+        "--set", "chain.inject_gpu_failure=",
         "--set", "chain.fault_ranks=1", "--set", "chain.fault_delay=4",
     )  # fmt: skip
     state = work_root / "fleet-state"

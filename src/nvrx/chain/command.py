@@ -91,6 +91,8 @@ def submit_chain(
         error(str(exc), 1)
     except OSError as exc:
         error(f"{exc.filename or 'file'}: {exc.strerror}", 2)
+    if report.fault_warning:  # first, and on stderr: neither --json nor a pipe hides it
+        stderr().print(report.fault_warning, markup=False, style="bold red", highlight=False)
     if as_json:
         sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
     else:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
+from typing import Any
 
 from nvrx.chain.shape import PROFILES, ArrayShape, ChainError, batch_sizes
 from nvrx.config import ChainSettings
@@ -88,6 +89,41 @@ def effective_faults(chain: ChainSettings) -> FaultKnobs:
     if chain.no_restart_demo:
         return FaultKnobs(True, "", 1)
     return FaultKnobs(chain.fault_inject, chain.inject_gpu_failure, chain.max_no_progress_cycles)
+
+
+def fault_warning(settings: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """One line naming every fault a chain with these settings injects into itself, and the
+    layer each came from; None for a chain that injects nothing. `settings` is a manifest's
+    (key → {"value", "source"}), so a dry run, a submission and an extension say the same."""
+
+    def value(key: str) -> Any:
+        return (settings.get(key) or {}).get("value")
+
+    def origin(key: str) -> str:
+        return f"{key}, {(settings.get(key) or {}).get('source', 'unknown source')}"
+
+    workload = (
+        f"{value('chain.fault_types')} on rank(s) {value('chain.fault_ranks')} "
+        f"{value('chain.fault_delay')} s into the cycle"
+    )
+    faults: list[str] = []
+    if value("chain.no_restart_demo"):
+        faults.append(
+            f"the no-restart demo ({origin('chain.no_restart_demo')}): a workload fault "
+            f"({workload}) and a progress file that never advances, so the launcher exits "
+            f"{value('chain.no_restart_exit_code')} after one cycle and the chain stops"
+        )
+    else:
+        if value("chain.fault_inject"):
+            faults.append(f"a workload fault, {workload} ({origin('chain.fault_inject')})")
+        if value("chain.inject_gpu_failure"):
+            faults.append(
+                f"GPU failures at cycle:rank {value('chain.inject_gpu_failure')} "
+                f"({origin('chain.inject_gpu_failure')})"
+            )
+    if not faults:
+        return None
+    return "WARNING: this chain injects faults into itself: " + "; ".join(faults)
 
 
 def _q(value: object) -> str:

@@ -41,6 +41,7 @@ from nvrx.chain.manifest import (
 from nvrx.chain.script import (
     SCRIPT_NAME,
     effective_faults,
+    fault_warning,
     model_layout,
     render_script,
     script_sha256,
@@ -83,11 +84,17 @@ class ChainReport:
     def written(self) -> bool:
         return self.action not in ("dry-run", "validated")
 
+    @property
+    def fault_warning(self) -> str | None:
+        """What faults this chain injects into itself (never for a cancel: it runs nothing)."""
+        return None if self.action == "cancelled" else fault_warning(self.manifest.settings)
+
     def to_json(self) -> dict[str, Any]:
         m = self.manifest
         return {
             "action": self.action,
             "ok": self.ok,
+            "fault_warning": self.fault_warning,
             "error": self.error,
             "finish_command": shlex.join(self.finish_command) if self.finish_command else None,
             "chain_id": m.chain_id,
