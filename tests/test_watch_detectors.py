@@ -595,6 +595,37 @@ def test_chain_exhausted_says_when_the_no_restart_verdict_ended_the_chain() -> N
     assert "no-restart verdict" not in plain.detail
 
 
+def test_a_chain_whose_last_generation_ended_cleanly_is_not_critical() -> None:
+    done = queue(
+        endings=(
+            ending("199", ended=7200),
+            ending("200", JobState.COMPLETED),
+        )
+    )
+    at = Checkpoint(path="/w/c", value=5000)
+    finished = replace(EXPECTED, train_iterations=5000)
+    (found,) = detectors.chain_exhausted(
+        snap(platform=done, chain=finished, checkpoint=at), DEFAULT
+    )
+    assert found.severity is Severity.INFO
+    assert found.summary == "chain train finished training: checkpoint at iteration 5000 of 5000"
+    # Short of the training's end: the chain ran out of generations, and training stopped.
+    (short,) = detectors.chain_exhausted(
+        snap(platform=done, chain=replace(finished, train_iterations=9000), checkpoint=at),
+        DEFAULT,
+    )
+    assert short.severity is Severity.CRITICAL and "ran out of generations" in short.summary
+    # The end unknown (a custom training command): it cannot tell, so a warning.
+    (unsure,) = detectors.chain_exhausted(snap(platform=done, chain=EXPECTED), DEFAULT)
+    assert unsure.severity is Severity.WARNING and "ended cleanly" in unsure.summary
+    # The last ending failed: critical as before, whatever the checkpoint.
+    failed = queue(endings=(ending("200", JobState.FAILED, code=1),))
+    (bad,) = detectors.chain_exhausted(
+        snap(platform=failed, chain=finished, checkpoint=at), DEFAULT
+    )
+    assert bad.severity is Severity.CRITICAL
+
+
 def test_chain_exhausted_is_silent_while_one_task_is_queued() -> None:
     platform = queue(gen("300", t5=P))
     assert detectors.chain_exhausted(snap(platform=platform, chain=EXPECTED), DEFAULT) == []
@@ -734,6 +765,28 @@ def test_a_blind_pass_claims_nothing_about_the_chain_but_does_not_look_healthy()
     found = run_detectors(s, DEFAULT)
     assert keys(found) == [f"nvrx-watch-blind-{HOST}"]
     assert degraded(s)
+
+
+def test_slurm_knowing_no_job_of_current_cycle_files_is_a_blind_pass() -> None:
+    # A mistyped --job-name: squeue and sacct answer, for the wrong name, and list nothing,
+    # while the cycle files show a cycle opened 3 h ago, inside the 6 h sacct was asked about.
+    empty = replace(queue(), accounting_window=21600.0)
+    s = snap([cycle(0, 3 * 3600, None)], platform=empty)
+    (found,) = run_detectors(s, DEFAULT)
+    assert found.key == f"nvrx-watch-blind-unseen-{HOST}" and found.severity is Severity.WARNING
+    assert found.summary.startswith("Slurm knows no job 100 of name 'train', user alice:")
+    assert "cycle 100.0.0 opened 3.0 h ago" in found.summary
+    assert degraded(s)
+    # Slurm knows the job (running, or ended within the window): seen, not blind.
+    assert not degraded(replace(s, platform=replace(empty, generations=(gen(JOB, t0=R),))))
+    assert not degraded(replace(s, platform=replace(empty, endings=(ending(JOB),))))
+    # A cycle older than the window sacct covered: Slurm need not remember its job.
+    assert not degraded(snap([cycle(0, 30000, 60)], platform=empty))
+    # An nvrx chain is asked for by its ids: another chain's files in its work dir are not it.
+    nvrx_chain = replace(EXPECTED, chain_id="abc", manifest_job_ids=("300",))
+    assert not degraded(snap([cycle(0, 3 * 3600, None)], platform=empty, chain=nvrx_chain))
+    mine = replace(nvrx_chain, manifest_job_ids=(JOB,))
+    assert degraded(snap([cycle(0, 3 * 3600, None)], platform=empty, chain=mine))
 
 
 # --- counter_regressed ---------------------------------------------------------------------------

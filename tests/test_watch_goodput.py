@@ -40,7 +40,7 @@ def test_a_failure_costs_the_work_since_the_last_save_and_the_restart() -> None:
         t(330),
     )
     assert g.seconds == {
-        "productive": 70 + 200, "progress_lost": 30, "restart_overhead": 20, "queue_wait": 0,
+        "productive": 70 + 200, "progress_lost": 30, "stalled": 0, "restart_overhead": 20, "queue_wait": 0,
         "startup": 10, "checkpoint_save": 0, "unknown": 0,
     }  # fmt: skip
     assert g.wall == 330 and g.fraction == 270 / 330
@@ -71,7 +71,8 @@ def test_generations_add_their_teardown_queue_wait_and_startup() -> None:
     )
     assert g.end == t(410)  # the chain is over: wall time stops at its end
     assert g.seconds == {
-        "productive": 90 + 130, "progress_lost": 50, "restart_overhead": 50, "queue_wait": 60,
+        "productive": 90 + 130, "progress_lost": 50, "stalled": 0, "restart_overhead": 50,
+            "queue_wait": 60,
         "startup": 10 + 10, "checkpoint_save": 0, "unknown": 10,  # the clean shutdown
     }  # fmt: skip
     assert g.wall == 410
@@ -139,7 +140,7 @@ def test_goodput_reports_a_chain_and_a_fleet_and_changes_nothing(tmp_path: Path)
     one = nvrx_watch("--goodput", "--work-dir", str(tmp_path / "team" / "healthy"), *state)
     assert one.returncode == 0, one.stderr
     assert "goodput of " in one.stdout and "100.0% of 20.0m" in one.stdout
-    assert [line.split()[0] for line in one.stdout.splitlines()[2:9]] == list(CATEGORIES)
+    assert [line.split()[0] for line in one.stdout.splitlines()[2:10]] == list(CATEGORIES)
     doc = json.loads(
         nvrx_watch("--goodput", "--fleet", str(tmp_path / "team"), "--json", *state).stdout
     )
@@ -149,7 +150,11 @@ def test_goodput_reports_a_chain_and_a_fleet_and_changes_nothing(tmp_path: Path)
         sum(c["goodput"]["wall_seconds"] for c in doc["chains"]), abs=0.01
     )
     assert not (tmp_path / "state" / "stalled").exists()
-    assert not any(p.name == "state.json" for p in (tmp_path / "state").rglob("*"))
+    assert not [p for p in (tmp_path / "state").rglob("*") if p.is_file()]  # no log line either
+    # Under --platform none no sacct was read: no category names it as its source.
+    assert "sacct" not in json.dumps(total["sources"])
+    assert total["sources"]["queue_wait"].startswith("not read")
+    assert "sacct" not in one.stdout
     refused = nvrx_watch("--goodput", "--act", "--work-dir", str(tmp_path), *state)
     assert refused.returncode == 2 and "--goodput only reads" in refused.stderr
 
@@ -250,3 +255,28 @@ def test_remembered_shares_survive_the_state_file_and_junk_is_dropped(tmp_path: 
     assert list(load_state(tmp_path / "state.json").goodput_shares) == ["c"]
     state.keep_shares(set())
     assert state.goodput_shares == {}
+
+
+def test_an_open_cycle_a_detector_calls_hung_is_not_productive(tmp_path: Path) -> None:
+    from .test_watch_run import cycle_file, watch
+
+    # A cycle open for 3 h, no checkpoint update since it started: cycle_stalled says hung.
+    work = tmp_path / "w"
+    now = datetime.now(UTC)
+    cycle_file(work, "810", 0, now - timedelta(hours=3), None)
+    code, doc, _ = watch(work, tmp_path / "state")
+    assert "cycle_stalled" in [f["detector"] for f in doc["findings"]] and code == 2
+    good = doc["goodput"]
+    assert good["fraction"] < 0.01
+    assert abs(good["seconds"]["stalled"] - 3 * 3600) < 5
+    # One step below the threshold: nothing is hung, the open cycle is training.
+    _, calm, _ = watch(work, tmp_path / "state2", "--set", "watch.stall_seconds=20000")
+    assert calm["goodput"]["seconds"]["stalled"] == 0 and calm["goodput"]["fraction"] > 0.99
+
+
+def test_the_hung_time_starts_at_the_last_sign_of_progress() -> None:
+    cycles = [cycle("100", 0, 0, None)]
+    spans = [GenerationSpan("100", t(0), None, JobState.RUNNING)]
+    g = goodput(cycles, spans, [], t(1000), stalled_since=t(400))
+    assert (g.seconds["productive"], g.seconds["stalled"]) == (400, 600)
+    assert goodput(cycles, spans, [], t(1000)).seconds["stalled"] == 0

@@ -182,9 +182,8 @@ def test_dry_run_writes_nothing_and_alerts_nobody(tmp_path: Path, hook: str) -> 
     )
     assert code == 2 and doc["findings"]
     assert Hook.received == [] and not prom.exists()
-    # Only the log, whose lines say [DRY] (as upstream's): no state, cache or lock file.
-    assert [p.name for p in (tmp_path / "state").rglob("*") if p.is_file()] == ["watch.log"]
-    assert "[DRY]" in next((tmp_path / "state").rglob("watch.log")).read_text()
+    # Not a file: no state, cache, lock, nor a line in watch.log (upstream wrote [DRY] lines).
+    assert not [p for p in (tmp_path / "state").rglob("*") if p.is_file()]
 
 
 @pytest.mark.parametrize(
@@ -459,19 +458,55 @@ def test_a_blind_pass_resolves_nothing(tmp_path: Path, hook: str) -> None:
 
 
 def test_a_checkpoint_file_that_keeps_holding_no_iteration_is_reported(tmp_path: Path) -> None:
-    # Megatron writes `release` for a released checkpoint: not a file caught mid-write, and
-    # a watcher that held it as "being written" forever would never see progress stop.
+    # Text that is no iteration: maybe caught mid-write on the first pass; held by the second,
+    # a watcher that took it as "being written" forever would never see progress stop.
     work = tmp_path / "w"
     cycle_file(work, "980", 0, datetime.now(UTC) - timedelta(minutes=20), None)
     ckpt = work / "checkpoints" / "latest_checkpointed_iteration.txt"
     ckpt.parent.mkdir(parents=True)
-    ckpt.write_text("release\n")
+    ckpt.write_text("iter=40\n")
     code, doc, _ = watch(work, tmp_path / "state")
     assert code == 0 and not doc["findings"]  # one pass: it may be caught mid-write
     code, doc, _ = watch(work, tmp_path / "state")
     (finding,) = [f for f in doc["findings"] if f["detector"] == "stalled_progress"]
     assert finding["key"] == "nvrx-checkpoint-not-an-iteration-980"
-    assert finding["severity"] == "warning" and "'release'" in finding["detail"]
+    assert finding["severity"] == "warning" and "'iter=40'" in finding["detail"]
     ckpt.write_text("40\n")  # an iteration again: the finding clears
     code, doc, _ = watch(work, tmp_path / "state")
     assert not [f for f in doc["findings"] if f["key"].startswith("nvrx-checkpoint-not-an")]
+
+
+def test_megatrons_release_marker_is_no_checkpoint_yet(tmp_path: Path) -> None:
+    # `release` is a released checkpoint with no iteration: upstream reads it as "no
+    # iteration yet", so three completed cycles on it are three cycles without a save.
+    work = tmp_path / "w"
+    now = datetime.now(UTC)
+    for i in range(3):
+        start = now - timedelta(minutes=40 - 10 * i)
+        cycle_file(work, "985", i, start, start + timedelta(minutes=5))
+    cycle_file(work, "985", 3, now - timedelta(minutes=5), None)
+    ckpt = work / "checkpoints" / "latest_checkpointed_iteration.txt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_text("release\n")
+    code, doc, _ = watch(work, tmp_path / "state")
+    (finding,) = [f for f in doc["findings"] if f["detector"] == "stalled_progress"]
+    assert finding["key"] == "nvrx-no-checkpoint-985" and finding["severity"] == "critical"
+    assert "holds 'release'" in finding["detail"]
+    checkpoint = doc["snapshot"]["checkpoint"]
+    assert (checkpoint["value"], checkpoint["error"], checkpoint["released"]) == (None, None, True)
+    assert code == 2
+
+
+def test_the_header_is_never_better_than_the_worst_finding(tmp_path: Path) -> None:
+    healthy_run(tmp_path / "w")
+    work, state = str(tmp_path / "w"), str(tmp_path / "state")
+    args = ("--platform", "none", "--work-dir", work, "--state-dir", state)
+    first = nvrx_watch(*args)
+    assert first.returncode == 0 and first.stdout.splitlines()[0].endswith("  OK")
+    ckpt = tmp_path / "w" / "checkpoints" / "latest_checkpointed_iteration.txt"
+    ckpt.write_text("300\n")  # went back from 400: a warning, and exit 0 (no critical)
+    second = nvrx_watch(*args)
+    assert "WARNING  counter_regressed" in second.stdout
+    assert second.returncode == 0 and second.stdout.splitlines()[0].endswith("  WARNING")
+    doc = json.loads(nvrx_watch(*args, "--json").stdout)
+    assert doc["state"] == "warning" and doc["exit_code"] == 0

@@ -178,8 +178,8 @@ def test_an_orphaned_generation_is_reported_and_only_acted_on_with_act(
     _, by_id = watch(f"{generation}_3", "--dry-run", state_dir=dry_state)
     assert by_id["chain"]["chain_id"] == doc["chain"]["chain_id"]
     assert by_id["chain"]["resolved_from"] == "manifest"
-    # --dry-run keeps no state, not even what the id resolved to: only its [DRY] log lines.
-    assert [p.name for p in dry_state.rglob("*") if p.is_file()] == ["watch.log"]
+    # --dry-run keeps no state, not even what the id resolved to, and writes no log line.
+    assert not [p for p in dry_state.rglob("*") if p.is_file()]
     _, by_id = watch(f"{generation}_3", state_dir=state)
     assert by_id["chain"]["chain_id"] == doc["chain"]["chain_id"]
 
@@ -317,3 +317,31 @@ def cycle_window(work: Path, generation: str, cycle: int) -> tuple[float, float]
         datetime.fromisoformat(data[k].replace("Z", "+00:00")).timestamp()
         for k in ("cycle_start_time", "cycle_end_time")
     )
+
+
+def test_a_job_name_slurm_does_not_know_is_a_blind_pass_not_a_clean_one(
+    slurm: Slurm, work_root: Path
+) -> None:
+    # Cycle files of a job the real Slurm never ran, watched under a name nothing uses (a
+    # typo): squeue and sacct answer "none", which must not read as a quiet, healthy chain.
+    from datetime import UTC, datetime, timedelta
+
+    work = work_root / "typo"
+    cycles = work / "nvrx" / "987654321" / "cycle_infos"
+    cycles.mkdir(parents=True)
+    start = datetime.now(UTC) - timedelta(hours=3)
+    (cycles / "cycle_info.987654321.0.0").write_text(
+        json.dumps(
+            {"job_id": "987654321", "attempt_index": 0, "cycle_number": 0,
+             "cycle_start_time": start.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "cycle_end_time": "",
+             "cycle_log_file": "", "active_nodes": "n1", "standby_nodes": "",
+             "generation": "0", "active_ranks": "0"}
+        )
+    )  # fmt: skip
+    name = f"nvrx-no-such-{os.getpid()}"
+    code, doc = watch(
+        "--work-dir", str(work), "--job-name", name, state_dir=work_root / "typo-state"
+    )
+    assert (code, doc["degraded"], doc["state"]) == (1, True, "blind")
+    (finding,) = [f for f in doc["findings"] if "unseen" in f["key"]]
+    assert f"Slurm knows no job 987654321 of name '{name}'" in finding["summary"]

@@ -87,8 +87,10 @@ def list_detectors() -> None:
     from nvrx.watch.detectors.fleet import FLEET_DETECTORS
 
     for name, fn in [*DETECTORS.items(), *FLEET_DETECTORS.items()]:
-        doc = (fn.__doc__ or "").strip().splitlines()
-        sys.stdout.write(f"{name:22} {doc[0] if doc else ''}\n")
+        # The docstring's first sentence, whole (it may wrap over several source lines).
+        paragraph = " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split())
+        head, dot, _ = paragraph.partition(". ")
+        sys.stdout.write(f"{name:22} {head}{'.' if dot else ''}\n")
 
 
 def _blind(message: str, as_json: bool) -> int:

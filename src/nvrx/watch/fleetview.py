@@ -13,6 +13,7 @@ from nvrx.watch.goodput import Goodput, fleet_goodput
 from nvrx.watch.output import (
     JSON_SCHEMA,
     SEVERITY_STYLE,
+    STATE_STYLE,
     Line,
     age_seconds,
     ago,
@@ -25,12 +26,8 @@ from nvrx.watch.run import EXIT_DEGRADED
 
 
 def chain_state(chain: ChainPass) -> str:
-    """One word for the summary: blind when the pass could not see, else its worst finding."""
-    r = chain.result
-    if r is None or r.degraded:
-        return "blind"
-    worst = min((f.severity for f in r.findings), key=lambda s: s.rank, default=None)
-    return "ok" if worst is None else worst.value
+    """One word for the summary: the pass's state (`PassResult.state`), blind without one."""
+    return "blind" if chain.result is None else chain.result.state
 
 
 def fleet_json(fleet: FleetResult, settings: WatchSettings) -> dict[str, Any]:
@@ -126,7 +123,6 @@ def fleet_lines(fleet: FleetResult, settings: WatchSettings) -> list[Line]:
     total = _fleet_goodput(fleet)
     rows.append(("fleet", "", "", "", "", "", percent(total.fraction), ""))
     widths = [max(len(printable(row[i])) for row in (header, *rows)) for i in range(len(header))]
-    style = {"critical": "bold red", "warning": "yellow", "info": "cyan", "blind": "yellow"}
     lines: list[Line] = [
         [(f"nvrx watch: {len(fleet.chains)} chain(s)", "bold"), (f"  exit {fleet.exit_code}", "")],
         [("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)), "bold")],
@@ -135,7 +131,7 @@ def fleet_lines(fleet: FleetResult, settings: WatchSettings) -> list[Line]:
         line: Line = []
         for i, (cell, w) in enumerate(zip(row, widths, strict=True)):
             text = printable(cell).ljust(w) + ("  " if i < len(row) - 1 else "")
-            line.append((text, style.get(cell, "green" if cell == "ok" else "") if i == 1 else ""))
+            line.append((text, STATE_STYLE.get(cell, "") if i == 1 else ""))
         lines.append(line)
     if total.fraction is not None:
         lines.append(

@@ -6,6 +6,8 @@ ml-goodput-measurement's categories):
 
     productive        training whose progress was saved, or is still running in the open cycle
     progress_lost     training after the last save before a failure: redone after it
+    stalled           an open cycle that `cycle_stalled` calls hung, since its last sign of
+                      progress (the checkpoint's update, else the cycle's start)
     restart_overhead  a cycle's end to the next cycle of its generation (detect, tear down,
                       rendezvous, relaunch)
     queue_wait        a generation's end to the next one's start (the singleton dependency)
@@ -44,6 +46,7 @@ from nvrx.watch.model import (
 CATEGORIES = (
     "productive",
     "progress_lost",
+    "stalled",
     "restart_overhead",
     "queue_wait",
     "startup",
@@ -53,12 +56,16 @@ CATEGORIES = (
 SOURCES = {
     "productive": "cycle files, less progress lost",
     "progress_lost": "cycle files, and the checkpoint file (or its absence) as watch passes saw it",
+    "stalled": "cycle files and the checkpoint file (an open cycle cycle_stalled calls hung)",
     "restart_overhead": "cycle files",
     "queue_wait": "sacct (generations' task 0 start and end)",
     "startup": "sacct start and the first cycle file",
     "checkpoint_save": "no source yet",
     "unknown": "what the sources above do not cover",
 }
+# Without accounting (--platform none, or sacct failed) these categories have no source.
+_FROM_ACCOUNTING = ("queue_wait", "startup")
+NOT_READ = "not read (no accounting this pass): 0, its time is in unknown"
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,7 @@ class Goodput:
     end: datetime | None
     seconds: dict[str, float] = field(default_factory=dict)  # category → seconds
     notes: tuple[str, ...] = ()
+    sources: dict[str, str] = field(default_factory=lambda: dict(SOURCES))  # what was read
 
     @property
     def wall(self) -> float:
@@ -85,7 +93,7 @@ class Goodput:
             "wall_seconds": round(self.wall, 3),
             "fraction": None if self.fraction is None else round(self.fraction, 4),
             "seconds": {k: round(self.seconds.get(k, 0.0), 3) for k in CATEGORIES},
-            "sources": SOURCES,
+            "sources": self.sources,
             "notes": list(self.notes),
         }
 
@@ -96,7 +104,14 @@ def fleet_goodput(parts: Sequence[Goodput]) -> Goodput:
     seconds = {k: sum(g.seconds.get(k, 0.0) for g in parts) for k in CATEGORIES}
     starts = [g.start for g in parts if g.start]
     ends = [g.end for g in parts if g.end]
-    return Goodput(min(starts, default=None), max(ends, default=None), seconds)
+    sources = dict(SOURCES)
+    for k in _FROM_ACCOUNTING:  # a source only some chains had says for how many
+        unread = sum(g.sources.get(k) == NOT_READ for g in parts)
+        if unread == len(parts) and parts:
+            sources[k] = NOT_READ
+        elif unread:
+            sources[k] = f"{SOURCES[k]}, for {len(parts) - unread} of {len(parts)} chains"
+    return Goodput(min(starts, default=None), max(ends, default=None), seconds, (), sources)
 
 
 class _Proofs:
@@ -225,9 +240,14 @@ def goodput(
     now: datetime,
     unsaved_until: datetime | None = None,
     shares: Shares | None = None,
+    *,
+    stalled_since: datetime | None = None,
+    accounting: bool = True,
 ) -> Goodput:
     """The chain's wall time by category (see the module doc); `cycles` sorted by start;
-    `unsaved_until`, the last pass that found no checkpoint file yet.
+    `unsaved_until`, the last pass that found no checkpoint file yet; `stalled_since`, the last
+    sign of progress of an open cycle a detector calls hung; `accounting`, whether sacct was
+    read (without it, the categories it is the source of say so).
 
     A `Cycles` is read by block: its summaries, and the columns of a block only when `shares`
     (what earlier passes computed for closed blocks of unchanged directories, keyed by their
@@ -239,8 +259,11 @@ def goodput(
     starts = [to_us(s.start) for s in spans if s.start]
     if blocks:
         starts.append(blocks[0].summary.first[0])
+    sources = dict(SOURCES)
+    if not accounting:
+        sources.update(dict.fromkeys(_FROM_ACCOUNTING, NOT_READ))
     if not starts:
-        return Goodput(None, None, {k: 0.0 for k in CATEGORIES})
+        return Goodput(None, None, {k: 0.0 for k in CATEGORIES}, (), sources)
     start = min(starts)
     live = any(b.summary.open for b in blocks) or any(s.end is None for s in spans)
     ends = [to_us(s.end) for s in spans if s.end]
@@ -284,6 +307,12 @@ def goodput(
             part = _share(block.columns, after, around)
         share = [a + b for a, b in zip(share, part, strict=True)]
     productive, lost, overhead, unknown, unproven = share
+    if stalled_since is not None and live:
+        # The hung open cycle is the chain's last: its time since the last sign of progress
+        # was counted productive above (the open cycle runs until `end`); it is not.
+        hung = min(max(end - to_us(stalled_since), 0), productive)
+        productive -= hung
+        us["stalled"] += hung
     us["productive"] += productive
     us["progress_lost"] += lost
     us["restart_overhead"] += overhead
@@ -299,4 +328,4 @@ def goodput(
         notes.append(f"the sources overlap by {(covered - wall) / 1e6:.1f} s (clock skew?)")
     us["unknown"] += max(wall - covered, 0)
     out = {k: v / 1e6 for k, v in us.items()}
-    return Goodput(from_us(start), from_us(end), out, tuple(notes))
+    return Goodput(from_us(start), from_us(end), out, tuple(notes), sources)

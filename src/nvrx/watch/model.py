@@ -372,6 +372,9 @@ class Checkpoint:
     # Since when the file has held the same text that is no integer (seen by two passes or
     # more): not a file caught mid-write, but one the watcher cannot read progress from.
     not_integer_since: datetime | None = None
+    # The file holds Megatron's `release` (a released checkpoint, no iteration): no value, as
+    # no checkpoint yet.
+    released: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,6 +457,7 @@ class Platform:
     generations: tuple[Generation, ...] = ()  # live generations of this chain
     endings: tuple[TaskZeroEnding, ...] = ()  # task-0 endings within the churn window (+ orphans)
     spans: tuple[GenerationSpan, ...] = ()  # every task 0 accounting showed (running ones too)
+    accounting_window: float | None = None  # seconds back sacct was asked about the chain's name
 
     def generation(self, job_id: str) -> Generation | None:
         return next((g for g in self.generations if g.job_id == job_id), None)
@@ -478,6 +482,9 @@ class ChainRef:
     max_restarts: int | None = None
     no_restart_exit_code: int = 93
     save_interval_iterations: int | None = None  # Megatron --save-interval, when known
+    # The iteration training ends at (Megatron's train samples over the global batch), when
+    # known: tells a chain that finished from one that ran out of generations.
+    train_iterations: int | None = None
     resolved_from: str = ""  # "manifest", "batch script", "work dir", "flags"
 
     @property

@@ -71,6 +71,13 @@ def read_checkpoint(
         reason = f"unreadable: {os.strerror(exc.errno)}" if exc.errno else "not a regular file"
         return _last_known(path, state, reason, interval)
     mtime = datetime.fromtimestamp(st.st_mtime, UTC)
+    if raw.strip() == b"release":
+        # Megatron's marker of a released checkpoint (one with no iteration): for progress the
+        # same as no checkpoint yet, as upstream's reader takes it.
+        state.see_checkpoint_text(None, now)
+        if not state.saves:
+            state.unsaved_until = now
+        return Checkpoint(path, save_interval_seconds=interval, released=True)
     try:
         value = int(raw.decode("ascii").strip())
     except (UnicodeDecodeError, ValueError):
@@ -223,7 +230,13 @@ def observe_platforms(
             for g in generations
         ]
     return [
-        Platform(queue_ok=True, generations=g, endings=tuple(e), spans=tuple(s))
+        Platform(
+            queue_ok=True,
+            generations=g,
+            endings=tuple(e),
+            spans=tuple(s),
+            accounting_window=settings.churn_window,
+        )
         for g, e, s in zip(generations, endings, spans, strict=True)
     ]
 

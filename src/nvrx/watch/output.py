@@ -10,7 +10,7 @@ from nvrx.display import printable
 from nvrx.slurm.hostlist import compress
 from nvrx.watch.goodput import CATEGORIES, SOURCES, Goodput
 from nvrx.watch.model import Severity
-from nvrx.watch.run import EXIT_CRITICAL, EXIT_DEGRADED, PassResult
+from nvrx.watch.run import PassResult
 
 JSON_SCHEMA = 1
 FUTURE_SLACK = 5.0  # seconds: a time this far after the pass started is "now", not the future
@@ -19,6 +19,9 @@ FUTURE_SLACK = 5.0  # seconds: a time this far after the pass started is "now", 
 Segment = tuple[str, str]
 Line = list[Segment]
 SEVERITY_STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+# A pass's (or a chain's) state word (`PassResult.state`), as the screen styles it.
+STATE_STYLE = {"critical": "bold red", "blind": "yellow", "warning": "yellow", "info": "cyan",
+               "ok": "green"}  # fmt: skip
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -54,6 +57,7 @@ def pass_json(result: PassResult) -> dict[str, Any]:
         "observed_at": now.isoformat(),
         "host": snap.host,
         "exit_code": result.exit_code,
+        "state": result.state,
         "degraded": result.degraded,
         "chain": {
             "name": chain.name,
@@ -116,6 +120,7 @@ def pass_json(result: PassResult) -> dict[str, Any]:
                 "first_seen": _iso(ckpt.first_seen),
                 "save_interval_seconds": ckpt.save_interval_seconds,
                 "error": ckpt.error,
+                "released": ckpt.released,
             },
             "skipped_files": len(snap.skipped),
         },
@@ -134,9 +139,8 @@ def pass_lines(result: PassResult) -> list[Line]:
     snap = result.snapshot
     now = snap.observed_at
     chain = snap.chain
-    status = {EXIT_CRITICAL: ("CRITICAL", "bold red"), EXIT_DEGRADED: ("DEGRADED", "yellow")}.get(
-        result.exit_code, ("CLEAN", "green")
-    )
+    state = result.state
+    status = (state.upper(), STATE_STYLE[state])
     title: Line = [("nvrx watch: ", ""), (printable(chain.name or "(cycle files only)"), "bold")]
     if chain.chain_id:
         title.append((printable(f" (chain {chain.chain_id})"), ""))
@@ -198,6 +202,8 @@ def pass_lines(result: PassResult) -> list[Line]:
         )
     elif ckpt.error:
         say(f"checkpoint: {ckpt.path}: {ckpt.error}", "yellow")
+    elif ckpt.released:
+        say(f"checkpoint: none yet ({ckpt.path} holds 'release': no iteration)")
     else:
         say(f"checkpoint: none yet ({ckpt.path or 'no checkpoint file known'})")
     if snap.cycles_blind:
@@ -290,7 +296,8 @@ def goodput_lines(label: str, good: Goodput | None) -> list[Line]:
     for k in CATEGORIES:
         value = good.seconds.get(k, 0.0)
         share = percent(value / good.wall)
-        lines.append([(printable(f"  {k:<17} {_span(value):>8} {share:>7}  {SOURCES[k]}"), "")])
+        source = good.sources.get(k, SOURCES[k])
+        lines.append([(printable(f"  {k:<17} {_span(value):>8} {share:>7}  {source}"), "")])
     lines += [[(printable(f"  note: {n}"), "dim")] for n in good.notes]
     return lines
 

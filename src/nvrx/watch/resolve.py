@@ -179,6 +179,14 @@ def from_manifest(m: ChainManifest) -> Target:
         return entry.get("value") if isinstance(entry, dict) else None
 
     demo = bool(setting("chain.no_restart_demo"))
+    samples, batch = (
+        setting("chain.train_samples"),
+        (m.shape.get("model") or {}).get("global_batch_size"),
+    )
+    train_iterations = None
+    megatron = setting("chain.train_command") == []  # its own loop, with no batch ramp-up
+    if megatron and isinstance(samples, int) and isinstance(batch, int) and batch > 0:
+        train_iterations = samples // batch
     max_restarts = setting("chain.max_restarts")
     code = setting("chain.no_restart_exit_code")
     save_every = setting("chain.save_interval")
@@ -198,6 +206,7 @@ def from_manifest(m: ChainManifest) -> Target:
         no_restart_exit_code=code if isinstance(code, int) else 93,
         # The demo's static progress file never advances: there is no save interval to learn.
         save_interval_iterations=save_every if isinstance(save_every, int) and not demo else None,
+        train_iterations=train_iterations,
         resolved_from="manifest",
     )
     checkpoint = (

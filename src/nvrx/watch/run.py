@@ -25,6 +25,7 @@ from nvrx.watch.cyclecache import CycleCache
 from nvrx.watch.cycles import CycleRead, read_cycles
 from nvrx.watch.detectors import DETECTORS, run_detectors
 from nvrx.watch.detectors import degraded as is_degraded
+from nvrx.watch.detectors.anomaly import last_progress
 from nvrx.watch.goodput import Goodput, goodput
 from nvrx.watch.model import CancelPending, Finding, Platform, Severity, Snapshot
 from nvrx.watch.observe import observe
@@ -39,6 +40,7 @@ from nvrx.watch.sinks import (
     pagerduty_resolve,
     pagerduty_trigger,
     prometheus_text,
+    quiet_logger,
     webhook_payload,
     write_textfile,
 )
@@ -66,6 +68,21 @@ class PassResult:
         if any(f.severity is Severity.CRITICAL for f in self.findings):
             return EXIT_CRITICAL
         return EXIT_DEGRADED if self.degraded else EXIT_CLEAN
+
+    @property
+    def state(self) -> str:
+        """One word for the pass, never better than its worst finding: `critical`, `blind`
+        (the pass could not see), `warning`, `info` or `ok`."""
+        return pass_state(self.findings, self.degraded)
+
+
+def pass_state(findings: list[Finding], degraded: bool) -> str:
+    worst = min((f.severity for f in findings), key=lambda s: s.rank, default=None)
+    if worst is Severity.CRITICAL:
+        return "critical"
+    if degraded:
+        return "blind"
+    return "ok" if worst is None else worst.value
 
 
 @dataclass
@@ -174,8 +191,16 @@ class Watcher:
         ]
         result = PassResult(snap, findings, is_degraded(snap))
         spans = state.see_spans(snap.platform.spans if snap.platform is not None else ())
+        hung = any(f.detector == "cycle_stalled" for f in findings)
         result.goodput = goodput(
-            snap.cycles, spans, state.saves, now, state.unsaved_until, state.goodput_shares
+            snap.cycles,
+            spans,
+            state.saves,
+            now,
+            state.unsaved_until,
+            state.goodput_shares,
+            stalled_since=last_progress(snap) if hung else None,
+            accounting=snap.platform is not None and snap.platform.accounting_ok,
         )
         state.keep_shares({b.ident for b in snap.cycles.blocks if b.ident is not None})
         if not result.degraded:
@@ -189,7 +214,8 @@ class Watcher:
                 "another watch pass holds this chain's state: no alerts, state or cache writes"
             )
 
-        logger = file_logger(self.dir / "watch.log", self.dry_run)
+        # A dry run (and --goodput, a report) leaves no trace: not even a log line.
+        logger = quiet_logger() if self.dry_run else file_logger(self.dir / "watch.log")
         log_findings(logger, findings)
         for note in result.notes:
             logger.info("note: %s", note)

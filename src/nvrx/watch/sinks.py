@@ -35,8 +35,18 @@ class SinkError(Exception):
     (webhook and heartbeat URLs carry tokens)."""
 
 
-def file_logger(path: Path, dry_run: bool) -> logging.Logger:
-    """`<time> [DRY] LEVEL message` lines in the chain's watch.log (upstream's format)."""
+def quiet_logger() -> logging.Logger:
+    """A logger that writes nowhere: a dry run's."""
+    logger = logging.getLogger("nvrx.watch.quiet")
+    if not logger.handlers:
+        logger.propagate = False
+        logger.addHandler(logging.NullHandler())
+    return logger
+
+
+def file_logger(path: Path) -> logging.Logger:
+    """`<time> LEVEL message` lines in the chain's watch.log (upstream's format, without the
+    `[DRY]` lines: a dry run writes nothing)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     logger = logging.getLogger(f"nvrx.watch.{path}")
     if not logger.handlers:
@@ -44,8 +54,7 @@ def file_logger(path: Path, dry_run: bool) -> logging.Logger:
         # Once: setLevel clears every logger's level cache, and a fleet has a logger per chain.
         logger.setLevel(logging.INFO)
         handler = logging.FileHandler(path, encoding="utf-8")
-        dry = " [DRY]" if dry_run else ""
-        handler.setFormatter(_OneLineFormatter(f"%(asctime)s{dry} %(levelname)s %(message)s"))
+        handler.setFormatter(_OneLineFormatter("%(asctime)s %(levelname)s %(message)s"))
         logger.addHandler(handler)
     return logger
 

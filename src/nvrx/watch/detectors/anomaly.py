@@ -170,7 +170,13 @@ def stalled_progress(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
             # An unreadable file or one caught mid-write is not "no checkpoint": say nothing
             # rather than page (the observation keeps the last value it read).
             return []
-        why = ckpt.error or ("no file yet" if ckpt.path else "no checkpoint-iteration file known")
+        why = ckpt.error or (
+            "it holds 'release' (no iteration yet)"
+            if ckpt.released
+            else "no file yet"
+            if ckpt.path
+            else "no checkpoint-iteration file known"
+        )
         note = _save_interval_note(
             [(e - s) / 1e6 for _, s, e in completed], ckpt.save_interval_seconds
         )
@@ -242,6 +248,16 @@ def stalled_progress(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     ]
 
 
+def last_progress(snap: Snapshot) -> datetime | None:
+    """The open latest cycle's last sign of progress: the checkpoint's update when it came
+    after the cycle started, else the start (None without an open cycle)."""
+    latest = snap.latest
+    if latest is None or latest.end is not None:
+        return None
+    mtime = snap.checkpoint.mtime
+    return mtime if mtime is not None and mtime > latest.start else latest.start
+
+
 def cycle_stalled(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     """The latest cycle is open and neither it nor the checkpoint moved for a long time.
 
@@ -253,8 +269,9 @@ def cycle_stalled(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     if latest is None or latest.end is not None or not _queue_gate(snap, latest.job_id):
         return []
     mtime = snap.checkpoint.mtime
-    by_checkpoint = mtime is not None and mtime > latest.start
-    ref = mtime if mtime is not None and by_checkpoint else latest.start
+    ref = last_progress(snap)
+    assert ref is not None
+    by_checkpoint = ref is mtime
     quiet = _age(snap.observed_at, ref)
     if quiet < cfg.stall_seconds:
         return []

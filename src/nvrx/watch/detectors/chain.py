@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from nvrx.config import WatchSettings
 from nvrx.watch.detectors.common import _age, _cancel_chain_hint, _chain_label, _human, _iso, _queue
-from nvrx.watch.model import CancelPending, Finding, Severity, Snapshot
+from nvrx.watch.model import CancelPending, Finding, Severity, Snapshot, ended_cleanly
 
 
 def orphaned_generation(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
@@ -67,6 +67,9 @@ def chain_exhausted(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     """The chain should be running but no generation of it has a live task in the queue.
 
     Fires when `chain.expect_running` AND squeue answered AND no generation has a live task.
+    Critical, unless the latest task-0 ending was clean (exit 0, no verdict): then info when the
+    checkpoint reached the training's last iteration, critical when it is known to fall short
+    (the chain ran out of generations), else a warning (it cannot tell which).
     """
     platform = _queue(snap)
     if platform is None or not snap.chain.expect_running:
@@ -85,12 +88,37 @@ def chain_exhausted(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
         if verdict is not None
         else ""
     )
+    severity, summary = (
+        Severity.CRITICAL,
+        f"chain {name} has no job left in the queue: training has stopped",
+    )
+    final = ended[-1] if ended else None
+    if verdict is None and final is not None and ended_cleanly(final.state, final.exit):
+        # The last generation's launcher exited 0: training finished, or the chain used its
+        # generations up. Only the checkpoint against the training's end tells which.
+        goal, reached = snap.chain.train_iterations, snap.checkpoint.value
+        clean = (
+            f"its last generation {final.job_id} ended cleanly ({final.state.value} {final.exit})"
+        )
+        if goal is not None and reached is not None and reached >= goal:
+            severity = Severity.INFO
+            summary = f"chain {name} finished training: checkpoint at iteration {reached} of {goal}"
+        elif goal is not None and reached is not None:
+            summary = (
+                f"chain {name} ran out of generations at iteration {reached} of {goal}: {clean}"
+            )
+        else:
+            severity = Severity.WARNING
+            summary = (
+                f"chain {name} has no job left in the queue: {clean}, so training finished or "
+                "the chain ran out of generations"
+            )
     return [
         Finding(
             detector="chain_exhausted",
-            severity=Severity.CRITICAL,
+            severity=severity,
             key=f"nvrx-chain-exhausted-{name}",
-            summary=f"chain {name} has no job left in the queue: training has stopped",
+            summary=summary,
             detail=(
                 f"the chain is expected to run (manifest not cancelled), but squeue lists no "
                 f"live task named {name}; last generation with cycle files: {last or 'none'}"

@@ -85,12 +85,36 @@ def _cancel_chain_hint(chain: ChainRef) -> str:
 
 
 def degraded(snap: Snapshot) -> bool:
-    """The pass is blind (squeue or sacct failed, or the cycle-info files' location could not be
-    read): exit 1, no heartbeat (a blind watcher must not look healthy)."""
+    """The pass is blind (squeue or sacct failed, the cycle-info files' location could not be
+    read, or Slurm knows no job of the chain its cycle files are current for): exit 1, no
+    heartbeat (a blind watcher must not look healthy)."""
     platform = snap.platform
-    return snap.cycles_blind is not None or (
-        platform is not None and not (platform.queue_ok and platform.accounting_ok)
+    return (
+        snap.cycles_blind is not None
+        or (platform is not None and not (platform.queue_ok and platform.accounting_ok))
+        or unseen_job(snap) is not None
     )
+
+
+def unseen_job(snap: Snapshot) -> str | None:
+    """The job of the latest cycle when Slurm should know it and does not: squeue and sacct
+    both answered, neither lists it, and the cycle opened (or ended) within the accounting
+    window the pass asked sacct about. A mistyped job name or user looks exactly so: every
+    chain detector is silent because it sees no job, while the cycle files go on."""
+    platform, latest = snap.platform, snap.latest
+    if platform is None or not (platform.queue_ok and platform.accounting_ok) or latest is None:
+        return None
+    job = latest.job_id
+    ids = snap.chain.manifest_job_ids
+    if snap.chain.chain_id is not None and job not in ids:
+        return None  # an nvrx chain's queries go by its ids: these are another chain's files
+    if platform.generation(job) is not None or platform.ending(job) is not None:
+        return None
+    if any(s.job_id == job for s in platform.spans):
+        return None
+    window = platform.accounting_window
+    last_sign = latest.end or latest.start
+    return job if window is not None and _age(snap.observed_at, last_sign) <= window else None
 
 
 def _current_live(snap: Snapshot) -> bool:

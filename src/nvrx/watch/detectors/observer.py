@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from nvrx.config import WatchSettings
-from nvrx.watch.detectors.common import _chain_label
+from nvrx.watch.detectors.common import _age, _chain_label, _human, unseen_job
 from nvrx.watch.model import Finding, Severity, Snapshot
 
 
 def watch_blind(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     """The watcher could not see the chain: the cycle-info location, squeue or sacct could not
-    be read this pass (a warning each).
+    be read this pass, or Slurm knows no job of the chain whose cycle files are current (a
+    warning each).
 
     A blind pass is degraded (exit 1, no heartbeat); the chain detectors stay silent rather than
     guess, so this finding is what says the chain state is unknown.
@@ -25,6 +26,24 @@ def watch_blind(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
                 "restarts, stalls and storms cannot be seen",
                 "Check that the work dir is mounted on this login node and readable by this user, "
                 "and that --work-dir / --cycle-info-glob name it",
+            )
+        )
+    unseen = unseen_job(snap)
+    if unseen is not None:
+        latest = snap.latest
+        assert latest is not None
+        who = f"name {snap.chain.name!r}" + (f", user {snap.chain.user}" if snap.chain.user else "")
+        window = _human(snap.platform.accounting_window or 0.0) if snap.platform else "?"
+        blind.append(
+            (
+                f"Slurm knows no job {unseen} of {who}",
+                f"squeue and sacct (the last {window}) list none, yet cycle {latest.key} "
+                f"{'opened' if latest.end is None else 'ended'} "
+                f"{_human(_age(snap.observed_at, latest.end or latest.start))} ago",
+                "unseen-",
+                "every detector that needs the queue sees no job",
+                "Check the job name and user the watcher is given (--job-name, --user, the "
+                "batch script) against squeue/sacct for the job in the cycle files",
             )
         )
     platform = snap.platform
