@@ -70,7 +70,7 @@ def test_bad_input_is_one_line_on_stderr_and_a_nonzero_exit(tmp_path: Path) -> N
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.strip().splitlines() == [
-        f"nvrx: error: unknown key 'slurm.partiton' in {bad}"
+        f"nvrx: error: unknown key 'slurm.partiton' in {bad}. Did you mean 'slurm.partition'?"
     ]
 
     proc = run(
@@ -201,3 +201,77 @@ def test_a_subcommand_builds_its_own_options_only() -> None:
     loaded = set(proc.stdout.split())
     assert "nvrx.cli.watch" in loaded
     assert not {"nvrx.cli.inject", "nvrx.cli.score", "nvrx.cli.chain"} & loaded
+
+
+HELP_PAGES = [
+    [], ["config"], ["config", "show"], ["config", "env"], ["submit-chain"], ["watch"],
+    ["inject-loop"], ["analyze"], ["analyze", "fr"], ["analyze", "log"], ["report"], ["score"],
+]  # fmt: skip
+
+
+def test_a_bare_group_prints_its_help_and_succeeds(tmp_path: Path) -> None:
+    for group in ([], ["config"], ["analyze"]):
+        proc = run(*group, env={"HOME": str(tmp_path)}, cwd=tmp_path)
+        assert proc.returncode == 0, (group, proc.stderr)
+        assert proc.stdout.startswith(f"Usage: nvrx {' '.join(group)}".rstrip() + " [OPTIONS]")
+        assert "Commands:" in proc.stdout and proc.stderr == ""
+
+
+def test_help_names_values_not_python_types_and_completion_is_on_the_root_only(
+    tmp_path: Path,
+) -> None:
+    for page in HELP_PAGES:
+        text = run(*page, "--help", env={"HOME": str(tmp_path)}, cwd=tmp_path).stdout
+        for leak in ("<str>", "<int>", "<path>", "<file>", "<list[", "<float>", "[[", "{"):
+            assert leak not in text, (page, leak)
+        assert ("--install-completion" in text) == (page == []), page
+    watch = run("watch", "--help", env={"HOME": str(tmp_path)}, cwd=tmp_path).stdout
+    assert "--platform slurm|none" in watch and "[JOB_ID|PATH]..." in watch
+    inject = run("inject-loop", "--help", env={"HOME": str(tmp_path)}, cwd=tmp_path).stdout
+    assert "node-aware|strict|barrier" in inject
+
+
+def test_a_mistyped_command_or_setting_gets_the_closest_name(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path)}
+    proc = run("wach", env=env, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "No such command 'wach'. Did you mean 'watch'?" in proc.stderr
+    proc = run("config", "shw", env=env, cwd=tmp_path)
+    assert "Did you mean 'show'?" in proc.stderr
+    proc = run("config", "show", "--set", "watch.storm_cycle=3", env=env, cwd=tmp_path)
+    assert proc.stderr.strip() == (
+        "nvrx: error: unknown key 'watch.storm_cycle' (from --set). "
+        "Did you mean 'watch.storm_cycles'?"
+    )
+    proc = run("watch", "--job-nme", "x", env=env, cwd=tmp_path)
+    assert "--job-name" in proc.stderr and proc.returncode == 2
+
+
+def test_detector_descriptions_are_whole_sentences(tmp_path: Path) -> None:
+    proc = run("watch", "--list-detectors", env={"HOME": str(tmp_path)}, cwd=tmp_path)
+    lines = proc.stdout.splitlines()
+    assert len(lines) >= 10
+    for line in lines:
+        assert line.rstrip().endswith((".", ")")), line
+
+
+def test_a_shared_environment_name_never_breaks_a_command_that_only_reads(
+    tmp_path: Path,
+) -> None:
+    # GNU time reads TIME (TIME=%e is common in shell profiles); nvrx reads it as upstream's
+    # inject.time_limit. A read-only command warns and goes on; one that submits refuses.
+    env = {"HOME": str(tmp_path), "TIME": "%e"}
+    shown = run("config", "show", "--json", env=env, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stderr.strip() == (
+        "nvrx: warning: ignoring TIME='%e' from the environment: not a valid inject.time_limit"
+    )
+    watched = run("watch", "--platform", "none", "--work-dir", str(tmp_path / "w"),
+                  "--state-dir", str(tmp_path / "s"), env=env, cwd=tmp_path)  # fmt: skip
+    assert "ignoring TIME=" in watched.stderr and "bad value" not in watched.stderr
+    submitted = run("inject-loop", "--dry-run", env=env, cwd=tmp_path)
+    assert submitted.returncode == 2 and "bad value for inject.time_limit: '%e'" in submitted.stderr
+    # nvrx's own names stay strict everywhere.
+    strict = run("config", "show", env={"HOME": str(tmp_path), "NVRX_WATCH_STORM_CYCLES": "x"},
+                 cwd=tmp_path)  # fmt: skip
+    assert strict.returncode == 2

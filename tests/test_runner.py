@@ -5,6 +5,7 @@ exact; what a real stopped controller does is tested in tests/slurm/.
 """
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -133,10 +134,17 @@ def test_a_command_that_cannot_start_is_a_slurm_error_not_a_traceback() -> None:
         ex.run(["squeue", "--name=a\0b"])  # a NUL byte can never reach exec
 
 
-def test_a_missing_command_is_a_clear_error() -> None:
+def test_a_missing_command_is_a_clear_error_that_names_no_timeout(tmp_path: Path) -> None:
     ex = CommandExecutor(env={})
-    with pytest.raises(SlurmError, match="nvrx-no-such-command not found"):
+    with pytest.raises(SlurmError, match="nvrx-no-such-command not found") as caught:
         ex.run(["nvrx-no-such-command"])
+    # It never ran: no exit code and no timeout to report (slurm.bin_dir naming an empty dir).
+    squeue = str(tmp_path / "squeue")
+    with pytest.raises(SlurmError) as caught:
+        ex.run([squeue, "-h"])
+    assert (
+        str(caught.value) == f"{squeue} not found (is Slurm installed and on PATH?) [{squeue} -h]"
+    )
 
 
 def test_output_changing_variables_are_scrubbed_but_sbatch_ones_kept() -> None:

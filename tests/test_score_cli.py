@@ -323,6 +323,29 @@ def test_a_judge_that_cannot_answer_is_unscored_never_a_default(
     assert KEY not in proc.stdout + proc.stderr
 
 
+def test_a_judge_url_where_nothing_listens_fails_within_seconds(
+    tmp_path: Path, session: Session
+) -> None:
+    import socket
+    import time
+
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.monotonic()
+    proc = nvrx(
+        str(session.dir), "--judge", "llm", "--base-url", f"http://127.0.0.1:{port}/v1", "--json",
+        "--no-cache", cwd=tmp_path, env={"JUDGE_API_KEY": KEY},
+    )  # fmt: skip
+    took = time.monotonic() - started
+    assert proc.returncode == 3
+    reasons = {c["verdict"]["reason"] for c in json.loads(proc.stdout)["cases"]}
+    (reason,) = reasons
+    assert reason.startswith(f"nothing answers at http://127.0.0.1:{port}/v1 (ConnectError)")
+    # The default retry deadline is 600 s: a refused connection must not wait it out.
+    assert took < 15, took
+
+
 def test_a_key_file_readable_by_others_gets_a_warning_naming_the_file(
     tmp_path: Path, session: Session
 ) -> None:

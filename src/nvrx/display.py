@@ -9,6 +9,7 @@ recolour or rewrite the operator's terminal; one that is not UTF-8 (a lone surro
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 # C0 and C1 controls, DEL, the Unicode line and paragraph separators, and lone surrogates.
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
@@ -26,3 +27,12 @@ def _escape(m: re.Match[str]) -> str:
 def printable(text: str) -> str:
     """`text` with every control character, line separator and lone surrogate escaped."""
     return _UNSAFE.sub(_escape, text)
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`. Did you mean 'x'?` for the closest of `choices` to a mistyped `word`, else ''. The
+    word is cut and only a known choice is quoted back, so a mistyped secret never is."""
+    import difflib
+
+    close = difflib.get_close_matches(word[:80], list(choices), n=1, cutoff=0.6)
+    return f". Did you mean {close[0]!r}?" if close else ""

@@ -62,7 +62,7 @@ def submit_chain(
         "chain.depth": (depth, "-K"),
         "chain.work_dir": (work_dir, "--work-dir"),
     }
-    loaded = load_for_command(config, env_file, sets, flags)
+    loaded = load_for_command(config, env_file, sets, flags, submits=True)
     slurm = Slurm(loaded.config.slurm)
     progress = None if as_json else (lambda msg: stdout().print(msg))
     if loaded.config.chain.dry_run and not (extend or cancel or validate):

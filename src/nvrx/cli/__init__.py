@@ -54,11 +54,63 @@ class LazyGroup(TyperGroup):
         module = importlib.import_module(f"nvrx.cli.{entry.module}")
         command = typer.main.get_command(module.app)
         command.name = cmd_name
+        _plain_metavars(command)
         return command
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        try:
+            return super().resolve_command(ctx, args)
+        except typer.BadParameter:
+            raise
+        except Exception as exc:  # click's UsageError: "No such command"; the closest name too
+            message = getattr(exc, "message", None)
+            if isinstance(message, str) and args and message.startswith("No such command"):
+                from nvrx.display import did_you_mean
+
+                exc.message = message.rstrip(".") + did_you_mean(args[0], SUBCOMMANDS)  # type: ignore[attr-defined]
+            raise
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         with formatter.section("Commands"):
             formatter.write_dl([(name, entry.help) for name, entry in SUBCOMMANDS.items()])
+
+
+def _plain_metavars(command: Any) -> None:
+    """Help that names what a value is, never a Python type: `--work-dir DIR`, `--platform
+    slurm|none`, `--interval N` (not `<path>`, `<str>`, `<int>`), and usage lines that read
+    `[JOB_ID|PATH]...`, not `[[JOB_ID | PATH...]]...`. An explicit metavar always wins."""
+    for sub in [command, *getattr(command, "commands", {}).values()]:
+        if sub is not command:
+            _plain_metavars(sub)
+            continue
+        for param in sub.params:
+            if param.param_type_name == "argument":
+                name = param.metavar or (param.name or "ARG").upper()
+                shown = (name if param.required else f"[{name}]") + (
+                    "..." if param.nargs != 1 else ""
+                )
+                param.get_usage_pieces = lambda ctx=None, shown=shown: [shown]
+                param.display_type_rich = lambda ctx=None, **_: None
+            elif not (param.is_flag or param.count or param.metavar):
+                param.metavar = _metavar_of(param)
+
+
+def _metavar_of(option: Any) -> str:
+    desc = option.type_descriptor
+    if desc.is_choice and desc.choices:
+        return "|".join(str(getattr(c, "value", c)) for c in desc.choices)
+    if desc.is_path or desc.is_file:
+        info = desc.parameter_info
+        if not getattr(info, "dir_okay", True):
+            return "FILE"
+        return "DIR" if not getattr(info, "file_okay", True) else "PATH"
+    bare = desc.annotation
+    if bare is int:
+        return "N"
+    if bare is float:
+        return "NUMBER"
+    longest: str = max(option.opts, key=len).lstrip("-")
+    return longest.rsplit("-", 1)[-1].upper()  # --job-name → NAME, --webhook-url → URL
 
 
 # User text prints literally everywhere: no rich markup or emoji codes in help or messages.
@@ -112,6 +164,9 @@ def main() -> None:
     try:
         code = app(standalone_mode=False)
     except TyperException as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a bare group: its help, and success
+            sys.stdout.write(exc.format_message().rstrip("\n") + "\n")
+            sys.exit(0)
         ctx = getattr(exc, "ctx", None)
         where = f"{ctx.command_path}: " if ctx is not None else ""
         message = " ".join(exc.format_message().split())

@@ -13,6 +13,7 @@ app = typer.Typer(
     help="Run the built-in analysers on one experiment's artifacts.",
     no_args_is_help=True,
     rich_markup_mode=None,
+    add_completion=False,  # completion: the root only
 )
 
 

@@ -9,7 +9,7 @@ import typer
 
 from nvrx.cli.options import ConfigOpt, EnvFileOpt, SetOpt
 
-app = typer.Typer(rich_markup_mode=None)
+app = typer.Typer(rich_markup_mode=None, add_completion=False)  # completion: the root only
 
 
 @app.command(

@@ -7,7 +7,10 @@ import typer
 from nvrx.cli.options import ConfigOpt, EnvFileOpt, JsonOpt, SetOpt
 
 app = typer.Typer(
-    help="Inspect the effective configuration.", no_args_is_help=True, rich_markup_mode=None
+    help="Inspect the effective configuration.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    add_completion=False,  # completion: the root only
 )
 
 
@@ -25,7 +28,7 @@ def config_show(
     show(load_for_command(config, env_file, set_), as_json)
 
 
-@app.command("env")
+@app.command("env", short_help="List the environment variables each setting reads.")
 def config_env(as_json: JsonOpt = False) -> None:
     """List the environment variables each setting reads (canonical name, then upstream names)."""
     from nvrx.config.show import env_names

@@ -16,7 +16,7 @@ from nvrx.cli.options import (
     complete_workload,
 )
 
-app = typer.Typer(rich_markup_mode=None)
+app = typer.Typer(rich_markup_mode=None, add_completion=False)  # completion: the root only
 
 
 @app.command(
@@ -46,6 +46,7 @@ def inject_loop_cmd(
     window: Annotated[
         str | None,
         typer.Option(
+            metavar="node-aware|strict|barrier",
             help="Which experiment goes next: node-aware (a later one that fits the idle nodes "
             "when the next cannot start), strict (pool order) or barrier (upstream's batches).",
             autocompletion=lambda: ["node-aware", "strict", "barrier"],

@@ -8,7 +8,7 @@ import typer
 
 from nvrx.cli.options import ForceOpt, JsonOpt
 
-app = typer.Typer(rich_markup_mode=None)
+app = typer.Typer(rich_markup_mode=None, add_completion=False)  # completion: the root only
 
 
 @app.command(

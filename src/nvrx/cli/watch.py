@@ -9,7 +9,7 @@ import typer
 
 from nvrx.cli.options import ConfigOpt, EnvFileOpt, SetOpt
 
-app = typer.Typer(rich_markup_mode=None)
+app = typer.Typer(rich_markup_mode=None, add_completion=False)  # completion: the root only
 
 
 @app.command("watch")
@@ -17,7 +17,7 @@ def watch_cmd(
     targets: Annotated[
         list[str] | None,
         typer.Argument(
-            metavar="[JOB_ID | PATH...]",
+            metavar="JOB_ID|PATH",
             help="A job of the chain (any generation or task); with --fleet, chain work dirs "
             "or directories to search for them.",
             show_default=False,
@@ -39,7 +39,8 @@ def watch_cmd(
         str | None, typer.Option(help="The checkpoint-iteration file (overrides resolution).")
     ] = None,
     platform: Annotated[
-        str | None, typer.Option(help="slurm, or none for cycle files only.")
+        str | None,
+        typer.Option(metavar="slurm|none", help="slurm, or none for cycle files only."),
     ] = None,
     max_restarts: Annotated[
         int | None, typer.Option(help="Launcher --max-restarts (for restart_budget_low).")
@@ -80,7 +81,8 @@ def watch_cmd(
     ] = None,
     prom_file: Annotated[Path | None, typer.Option(help="Prometheus textfile to write.")] = None,
     disable: Annotated[
-        str | None, typer.Option(help="Detectors to switch off, comma-separated.")
+        str | None,
+        typer.Option(metavar="NAME,...", help="Detectors to switch off, comma-separated."),
     ] = None,
     list_detectors: Annotated[
         bool, typer.Option("--list-detectors", help="List the detectors and exit.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from nvrx.config.model import FIELDS, NvrxConfig, is_secret
 from nvrx.config.names import ENV_NAMES, env_names_for
 from nvrx.config.redact import HIDDEN, redact_urls
 from nvrx.config.shellwords import parse_env_file
-from nvrx.display import printable
+from nvrx.display import did_you_mean, printable
 from nvrx.files import set_input_limit
 
 Layer = Literal["default", "file", "env-file", "env", "cli"]
@@ -42,6 +43,8 @@ class LoadedConfig:
     origins: Mapping[str, Origin]
     config_file: Path | None = None
     env_file: Path | None = None
+    # Environment values under a shared name that did not validate, each said once (`ignored`).
+    ignored: tuple[str, ...] = ()
 
     def value(self, key: str) -> Any:
         section, name = key.split(".", 1)
@@ -99,7 +102,8 @@ def read_env_file(path: Path, environ: Mapping[str, str]) -> list[tuple[str, str
     latest: dict[str, tuple[str, int]] = {}
     for name, value, lineno in parsed.assignments:
         if name not in ENV_NAMES and name not in parsed.referenced:
-            raise ConfigError(f"unknown key {name!r} in {path} line {lineno}")
+            hint = did_you_mean(name, ENV_NAMES)
+            raise ConfigError(f"unknown key {name!r} in {path} line {lineno}{hint}")
         latest[name] = (value, lineno)
     return _by_precedence(latest, lambda name, line: Origin("env-file", f"{path}:{line} {name}"))
 
@@ -135,8 +139,10 @@ def load_config(
     environ: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     home: Path | None = None,
+    lenient_env: bool = False,
 ) -> LoadedConfig:
-    """Build the effective config from every layer; `cli` maps key → (value, flag)."""
+    """Build the effective config from every layer; `cli` maps key → (value, flag).
+    `lenient_env`: a shared environment name's bad value is ignored and said, not an error."""
     environ = os.environ if environ is None else environ
     cwd = Path.cwd() if cwd is None else cwd
     home = Path(os.path.expanduser("~")) if home is None else home
@@ -157,26 +163,53 @@ def load_config(
         for key, value, origin in read_env_file(env_file, environ):
             layered[key] = (value, origin)
 
+    below: dict[str, tuple[Any, Origin] | None] = {}  # what the environment layer replaced
     for key, value, origin in read_environment(environ):
+        below[key] = layered.get(key)
         layered[key] = (value, origin)
 
     for key, (value, flag) in (cli or {}).items():
         if key not in FIELDS:
-            raise ConfigError(f"unknown key {key!r} (from {flag})")
+            raise ConfigError(f"unknown key {key!r} (from {flag}){did_you_mean(key, FIELDS)}")
         layered[key] = (value, Origin("cli", flag))
 
+    ignored: list[str] = []
+    while True:
+        try:
+            config = NvrxConfig.model_validate(_nested(layered))
+            break
+        except ValidationError as exc:
+            key = ".".join(str(part) for part in exc.errors()[0]["loc"][:2])
+            source = layered[key][1] if key in layered else None
+            if source is None or not lenient_env or not _shared_name(source):
+                raise ConfigError(_describe_validation_error(exc, layered)) from None
+            # A generic name (TIME, ACCOUNT, ...) in the shell may belong to another program
+            # (GNU time reads TIME): its bad value is ignored, said, never fatal.
+            shown = HIDDEN if is_secret(FIELDS[key]) else quoted(layered[key][0])
+            ignored.append(
+                f"ignoring {source.where}={shown} from the environment: not a valid {key}"
+            )
+            previous = below.pop(key, None)
+            if previous is None:
+                del layered[key]
+            else:
+                layered[key] = previous
+
+    origins = {key: layered[key][1] if key in layered else Origin("default") for key in FIELDS}
+    return LoadedConfig(config, origins, yaml_path, env_file, tuple(ignored))
+
+
+def _shared_name(origin: Origin) -> bool:
+    """An upstream variable without nvrx's prefix, read from the process environment."""
+    return origin.layer == "env" and not origin.where.startswith("NVRX_")
+
+
+def _nested(layered: Layered) -> dict[str, dict[str, Any]]:
     nested: dict[str, dict[str, Any]] = {}
     for key, (value, _origin) in layered.items():
         section, name = key.split(".", 1)
         nested.setdefault(section, {})[name] = value
-
-    try:
-        config = NvrxConfig.model_validate(nested)
-    except ValidationError as exc:
-        raise ConfigError(_describe_validation_error(exc, layered)) from None
-
-    origins = {key: layered[key][1] if key in layered else Origin("default") for key in FIELDS}
-    return LoadedConfig(config, origins, yaml_path, env_file)
+    return nested
 
 
 def _describe_validation_error(exc: ValidationError, layered: Layered) -> str:
@@ -207,7 +240,8 @@ def parse_assignments(items: Sequence[str], flag: str = "--set") -> dict[str, tu
             raise ConfigError(f"{flag} expects SECTION.KEY=VALUE, got {quoted(item)}")
         if key not in FIELDS:
             # Not the value: a mistyped secret key (`score.apikey=...`) must not print the secret.
-            raise ConfigError(f"unknown key {key[:80]!r} (from {flag})")
+            hint = did_you_mean(key, FIELDS)
+            raise ConfigError(f"unknown key {key[:80]!r} (from {flag}){hint}")
         out[key] = (value, f"{flag} {key}")
     return out
 
@@ -217,15 +251,26 @@ def load_for_command(
     env_file: Path | None,
     sets: Sequence[str] | None,
     flags: Mapping[str, tuple[Any, str]] | None = None,
+    *,
+    submits: bool = False,
 ) -> LoadedConfig:
     """The config of one command: every layer, then its `--set` assignments, then its own flags,
     which win (`flags` maps key → (value, flag); a value of None is a flag not given). Values
     keep their type (a flag's int is an int), and `config show` names the flag that set them.
-    Sets the command's input cap."""
+    Sets the command's input cap.
+
+    A command that only reads (`submits` False) is never broken by an environment variable of
+    a shared name (TIME, ACCOUNT, PARTITION, ... without nvrx's prefix, which other programs
+    read too: GNU time's TIME=%e): a value of one that does not validate is ignored with a
+    warning. A command that submits jobs refuses it, as any bad value."""
     cli: dict[str, tuple[Any, str]] = dict(parse_assignments(sets or []))
     for key, (value, flag) in (flags or {}).items():
         if value is not None:
             cli[key] = (value, flag)
-    loaded = load_config(config_file=config_file, env_file=env_file, cli=cli)
+    loaded = load_config(
+        config_file=config_file, env_file=env_file, cli=cli, lenient_env=not submits
+    )
     set_input_limit(loaded.config.limits.max_input_bytes)
+    for line in loaded.ignored:
+        sys.stderr.write(f"nvrx: warning: {printable(line)}\n")
     return loaded

@@ -13,6 +13,7 @@ from pydantic.fields import FieldInfo
 from nvrx.config.errors import ConfigError, read_config_text
 from nvrx.config.model import FIELDS, SECTIONS
 from nvrx.config.values import command_words
+from nvrx.display import did_you_mean
 
 
 class _YamlLoader(yaml.SafeLoader):
@@ -90,7 +91,8 @@ def read_yaml_file(path: Path) -> dict[str, Any]:
     for section, body in data.items():
         if section not in SECTIONS:
             known = ", ".join(SECTIONS)
-            raise ConfigError(f"unknown key {section!r} in {path} (sections: {known})")
+            hint = did_you_mean(str(section), SECTIONS)
+            raise ConfigError(f"unknown key {section!r} in {path} (sections: {known}){hint}")
         if body is None:
             continue
         if not isinstance(body, dict):
@@ -98,7 +100,7 @@ def read_yaml_file(path: Path) -> dict[str, Any]:
         for name, value in body.items():
             key = f"{section}.{name}"
             if key not in FIELDS:
-                raise ConfigError(f"unknown key {key!r} in {path}")
+                raise ConfigError(f"unknown key {key!r} in {path}{did_you_mean(key, FIELDS)}")
             # A relative path in a file is relative to that file, so cron and login shells agree.
             if isinstance(value, str) and _is_path_field(FIELDS[key]) and value:
                 expanded = os.path.expanduser(value)

@@ -117,7 +117,7 @@ def inject_loop(
         "inject.time_limit": (time_limit, "--time-limit"),
         "inject.iters": (iters, "--iters"),
     }
-    loaded = load_for_command(config, env_file, set_, flags)
+    loaded = load_for_command(config, env_file, set_, flags, submits=True)
     cfg = loaded.config.inject
     slurm = Slurm(loaded.config.slurm)
     if old is not None:

@@ -146,6 +146,9 @@ def _about_format(reply: _Reply) -> bool:
     return any(word in text for word in _FORMAT_WORDS)
 
 
+CONNECT_GRACE = 3.0  # seconds a judge that never answered may refuse connections
+
+
 class LlmJudge:
     def __init__(
         self,
@@ -176,6 +179,11 @@ class LlmJudge:
         self._format = 0  # index into FORMATS; only ever steps down
         self.notes: list[str] = []  # things the run should tell the user (format fallbacks)
         self.usage = Usage()
+        # Until the server has answered once, a refused connection means nothing listens there
+        # (a wrong URL, a server not started): said within CONNECT_GRACE, not after the whole
+        # retry deadline; and once said, every other request of the run fails at once.
+        self._answered = False
+        self._unreachable: str | None = None
 
     @property
     def name(self) -> str:
@@ -344,7 +352,8 @@ class LlmJudge:
     ) -> _Completion:
         """One chat completion, through format fallback and transient retries."""
         policy = self.retry
-        deadline = time.monotonic() + policy.deadline
+        started = time.monotonic()
+        deadline = started + policy.deadline
         failures = 0
         timeout = self.timeout
         usage = Usage()
@@ -367,9 +376,20 @@ class LlmJudge:
                 # queues work: resending it with the same timeout would only cancel and
                 # redo it. Each retry after a timeout waits twice as long, within the deadline.
                 timeout = max(self.timeout, min(2 * timeout, deadline - time.monotonic()))
+            except httpx.ConnectError as exc:
+                problem = f"cannot reach {self.endpoint.display} ({type(exc).__name__})"
+                if not self._answered:
+                    if self._unreachable is None and time.monotonic() - started >= CONNECT_GRACE:
+                        self._unreachable = (
+                            f"nothing answers at {self.endpoint.display} ({type(exc).__name__}) "
+                            f"after {failures + 1} attempt(s) in {CONNECT_GRACE:g} s"
+                        )
+                    if self._unreachable is not None:
+                        raise JudgeFailure(self._unreachable, usage) from None
             except httpx.TransportError as exc:
                 problem = f"cannot reach {self.endpoint.display} ({type(exc).__name__})"
             else:
+                self._answered = True
                 status = reply.status
                 if status == 200:
                     completion = self._read(reply)

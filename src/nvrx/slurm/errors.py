@@ -94,12 +94,14 @@ class SlurmError(Exception):
         argv: Sequence[str] = (),
         returncode: int | None = None,
         stderr: str = "",
+        ran: bool = True,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.argv = tuple(argv)
         self.returncode = returncode
         self.stderr = stderr
+        self.ran = ran  # False: not found, not executable, refused by exec (no exit code)
 
     @property
     def command(self) -> str:
@@ -109,6 +111,8 @@ class SlurmError(Exception):
     def __str__(self) -> str:
         detail = self.stderr.strip().splitlines()
         last = detail[-1] if detail else ""
+        if not self.ran:
+            return f"{self.message} [{self.command}]"
         rc = "timeout" if self.returncode is None else f"rc={self.returncode}"
         text = f"{self.message} [{self.command}: {rc}]"
         return f"{text}: {last}" if last and last not in self.message else text

@@ -102,14 +102,14 @@ class CommandExecutor:
             return self.runner(argv, timeout=self.timeout, env=self.env if env is None else env)
         except FileNotFoundError:
             raise SlurmError(
-                f"{argv[0]} not found (is Slurm installed and on PATH?)", argv=argv
+                f"{argv[0]} not found (is Slurm installed and on PATH?)", argv=argv, ran=False
             ) from None
         except PermissionError:
-            raise SlurmError(f"{argv[0]} is not executable", argv=argv) from None
+            raise SlurmError(f"{argv[0]} is not executable", argv=argv, ran=False) from None
         except (OSError, ValueError) as exc:
             # E2BIG for an argv too long, ValueError for a NUL byte in an argument: the command
             # did not run, and the caller gets the typed error it handles, not a traceback.
-            raise SlurmError(f"cannot run {argv[0]}: {exc}", argv=argv) from None
+            raise SlurmError(f"cannot run {argv[0]}: {exc}", argv=argv, ran=False) from None
 
     def run(self, argv: Sequence[str], *, retry_transient: bool = True) -> CommandResult:
         """Run argv; return its result on success (rc 0), else raise.
