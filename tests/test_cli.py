@@ -84,7 +84,7 @@ def test_bad_input_is_one_line_on_stderr_and_a_nonzero_exit(tmp_path: Path) -> N
 def test_config_env_lists_canonical_and_upstream_names() -> None:
     proc = run("config", "env", "--json")
     assert proc.returncode == 0
-    mapping = json.loads(proc.stdout)
+    mapping = json.loads(proc.stdout)["names"]
     assert mapping["inject.batch_size"] == ["NVRX_INJECT_BATCH_SIZE", "BATCH_SIZE"]
     assert mapping["chain.train_tasks"] == ["NVRX_CHAIN_TRAIN_TASKS", "NVRX_TRAIN_TASKS"]
 

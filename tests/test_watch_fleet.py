@@ -68,8 +68,8 @@ def test_one_pass_reports_every_chain_and_exits_with_the_worst(tmp_path: Path) -
     stalled_run(tmp_path / "team" / "stalled")
     healthy_run(tmp_path / "team" / "healthy")
     code, doc = fleet(tmp_path, tmp_path / "team")
-    assert code == 2  # the stalled chain is critical
-    assert doc["fleet"] is True and doc["exit_code"] == 2
+    assert code == 1  # the stalled chain is critical
+    assert doc["fleet"] is True and doc["exit_code"] == 1
     chains = {Path(c["work_dir"]).name: c for c in doc["chains"]}
     assert set(chains) == {"stalled", "healthy"}
     assert chains["healthy"]["state"] == "ok" and chains["healthy"]["findings"] == []
@@ -85,7 +85,7 @@ def test_a_chain_that_cannot_be_read_is_blind_and_hides_no_other(tmp_path: Path)
     broken.mkdir(parents=True)
     (broken / "chain.json").write_text("{not json")
     code, doc = fleet(tmp_path, tmp_path / "team")
-    assert code == 1
+    assert code == 3
     chains = {Path(c["work_dir"]).name: c for c in doc["chains"]}
     assert chains["broken"]["state"] == "blind" and chains["broken"]["degraded"] is True
     assert "chain.json" in chains["broken"]["error"]
@@ -99,7 +99,7 @@ def test_the_summary_table_has_a_row_per_chain(tmp_path: Path) -> None:
         "--fleet", str(tmp_path / "team"), "--platform", "none",
         "--state-dir", str(tmp_path / "state"),
     )  # fmt: skip
-    assert proc.returncode == 2
+    assert proc.returncode == 1  # the stalled chain is critical
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("nvrx watch: 2 chain(s)")
     assert lines[1].split()[:4] == ["chain", "state", "generation", "checkpoint"]
@@ -159,10 +159,17 @@ def test_a_fleet_asked_wrongly_is_one_line(tmp_path: Path, args: list[str], mess
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_an_empty_fleet_is_an_error_not_a_clean_pass(tmp_path: Path) -> None:
+def test_an_empty_fleet_is_nothing_to_watch_and_a_missing_path_bad_input(tmp_path: Path) -> None:
+    # Nothing found is an answer (a cron job of --mine or --fleet must not fail on a day with
+    # no chain); a PATH that is not there is bad input (the mount missing, a typo).
     (tmp_path / "team").mkdir()
     proc = nvrx_watch("--fleet", str(tmp_path / "team"), "--platform", "none")
-    assert proc.returncode == 2 and "no chain found" in proc.stderr
+    assert proc.returncode == 0 and "no chain found" in proc.stderr
+    proc = nvrx_watch("--fleet", str(tmp_path / "team"), "--platform", "none", "--json")
+    doc = json.loads(proc.stdout)
+    assert (doc["schema"], doc["chains"], doc["exit_code"]) == (1, [], 0)
+    missing = nvrx_watch("--fleet", str(tmp_path / "gone"), "--platform", "none")
+    assert missing.returncode == 2 and "not a directory" in missing.stderr
 
 
 def test_a_fleet_of_slurm_chains_costs_one_squeue_and_one_sacct(tmp_path: Path) -> None:

@@ -110,7 +110,7 @@ def hook() -> Iterator[str]:
 def test_a_stalled_run_is_critical_and_a_healthy_one_clean(tmp_path: Path) -> None:
     stalled_run(tmp_path / "bad")
     code, doc, _ = watch(tmp_path / "bad", tmp_path / "state")
-    assert code == 2
+    assert code == 1
     keys = [f["key"] for f in doc["findings"]]
     assert "nvrx-stalled-progress-900-40" in keys
     assert doc["snapshot"]["checkpoint"]["value"] == 40
@@ -148,7 +148,7 @@ def test_a_failing_webhook_never_stops_observation(tmp_path: Path, hook: str) ->
     Hook.status = 500
     stalled_run(tmp_path / "w")
     code, doc, _ = watch(tmp_path / "w", tmp_path / "state", "--webhook-url", hook)
-    assert code == 2 and doc["findings"]
+    assert code == 1 and doc["findings"]
     assert any("webhook" in e and "500" in e for e in doc["sink_errors"])
     Hook.status = 200
     watch(tmp_path / "w", tmp_path / "state", "--webhook-url", hook)
@@ -180,7 +180,7 @@ def test_dry_run_writes_nothing_and_alerts_nobody(tmp_path: Path, hook: str) -> 
         "--prom-file",
         str(prom),
     )
-    assert code == 2 and doc["findings"]
+    assert code == 1 and doc["findings"]
     assert Hook.received == [] and not prom.exists()
     # Not a file: no state, cache, lock, nor a line in watch.log (upstream wrote [DRY] lines).
     assert not [p for p in (tmp_path / "state").rglob("*") if p.is_file()]
@@ -222,7 +222,7 @@ def beat() -> Iterator[str]:
 
 def test_a_work_dir_that_cannot_be_read_is_a_blind_pass(tmp_path: Path, beat: str) -> None:
     code, doc, _ = watch(tmp_path / "not-mounted", tmp_path / "state", "--heartbeat-url", beat)
-    assert code == 1 and doc["degraded"] is True
+    assert code == 3 and doc["degraded"] is True
     assert [f["key"].rsplit("-", 1)[0] for f in doc["findings"]] == ["nvrx-watch-blind-cycles"]
     assert Beat.hits == []
     # A work dir whose first generation has not started yet is not blindness.
@@ -240,7 +240,7 @@ def test_cycle_files_that_none_can_be_read_are_a_blind_pass_not_a_clean_one(
     doc = json.loads(cycle.read_text())
     cycle.write_text(json.dumps({**doc, "cycle_start_time": "yesterday at noon"}))
     code, doc, _ = watch(work, tmp_path / "state", "--heartbeat-url", beat)
-    assert code == 1 and doc["degraded"] is True, doc
+    assert code == 3 and doc["degraded"] is True, doc
     assert [f["key"].rsplit("-", 1)[0] for f in doc["findings"]] == ["nvrx-watch-blind-cycles"]
     finding = doc["findings"][0]
     assert (
@@ -317,7 +317,7 @@ def test_a_pass_that_finds_the_state_locked_only_observes(tmp_path: Path, hook: 
             "--set",
             "watch.alert_cooldown=0",
         )
-    assert code == 2 and doc["findings"]
+    assert code == 1 and doc["findings"]
     assert Hook.received == []
     assert any("another watch pass holds" in n for n in doc["notes"])
 
@@ -328,7 +328,7 @@ def test_a_pass_that_breaks_is_one_line_and_exit_1_not_a_traceback(tmp_path: Pat
     state = tmp_path / "state-is-a-file"
     state.write_text("")
     code, doc, err = watch(work, state)
-    assert code == 1 and doc["degraded"] is True
+    assert code == 3 and doc["degraded"] is True
     assert "pass failed" in doc["error"]
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
@@ -346,7 +346,7 @@ def test_a_job_id_slurm_cannot_resolve_is_blind_exit_1(tmp_path: Path) -> None:
         tool.chmod(0o755)
     env = {"NVRX_SLURM_BIN_DIR": str(bin_dir), "NVRX_SLURM_RETRY_DEADLINE": "0"}
     proc = nvrx_watch("4242", "--json", "--state-dir", str(tmp_path / "st"), env=env, cwd=tmp_path)
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 3, proc.stderr
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
     assert doc["degraded"] is True and "cannot resolve job 4242" in doc["error"]
     assert "Traceback" not in proc.stderr
@@ -389,7 +389,7 @@ def test_pagerduty_gets_one_incident_per_chain_and_finding_from_every_login_node
     assert event["payload"]["component"] == "nvrx-watch"
     assert event["payload"]["class"] == "stalled_progress"
     for code, doc, stderr in outputs:
-        assert code == 2 and not doc["sink_errors"]
+        assert code == 1 and not doc["sink_errors"]
         assert PD_KEY not in json.dumps(doc) + stderr
     for node in ("a", "b"):
         for file in (tmp_path / f"state-{node}").rglob("*"):
@@ -429,7 +429,7 @@ def test_a_failing_pagerduty_is_a_sink_error_and_is_retried(tmp_path: Path, hook
     pd = ("--set", f"watch.pd_url={hook}")
     env = {"NVRX_WATCH_PD_ROUTING_KEY": PD_KEY}
     code, doc, stderr = watch(tmp_path / "w", tmp_path / "state", *pd, env=env)
-    assert code == 2 and doc["findings"]
+    assert code == 1 and doc["findings"]
     assert any("pagerduty" in e and "503" in e for e in doc["sink_errors"])
     assert PD_KEY not in json.dumps(doc) + stderr
     Hook.status = 202
@@ -453,7 +453,7 @@ def test_a_blind_pass_resolves_nothing(tmp_path: Path, hook: str) -> None:
         file.symlink_to(elsewhere / file.name)
     (tmp_path / "w" / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("400\n")
     code, doc, _ = watch(tmp_path / "w", tmp_path / "state", *pd, env=env)
-    assert code == 1 and doc["degraded"]
+    assert code == 3 and doc["degraded"]
     assert not _events("resolve")  # a blind watcher must not call anything healthy
 
 
@@ -494,7 +494,7 @@ def test_megatrons_release_marker_is_no_checkpoint_yet(tmp_path: Path) -> None:
     assert "holds 'release'" in finding["detail"]
     checkpoint = doc["snapshot"]["checkpoint"]
     assert (checkpoint["value"], checkpoint["error"], checkpoint["released"]) == (None, None, True)
-    assert code == 2
+    assert code == 1
 
 
 def test_the_header_is_never_better_than_the_worst_finding(tmp_path: Path) -> None:

@@ -127,7 +127,7 @@ def test_cycle_file_names_with_newlines_or_escapes_forge_no_lines(
         "watch", "--platform", "none", "--work-dir", str(work), "--state-dir", str(state), cwd=home
     )
     assert_no_traceback(proc)
-    assert proc.code in (0, 1), proc.describe()  # clean, or degraded by what it skipped
+    assert proc.code in (0, 3), proc.describe()  # clean, or degraded by what it skipped
     [log] = state.rglob("watch.log")
     outputs = {
         "stdout": proc.stdout_bytes,
@@ -225,7 +225,7 @@ def test_a_canary_key_never_appears_in_any_output_log_cache_or_report(
         for fmt in ([], ["--json"]):
             assert nvrx("report", str(session), *fmt).code == 0, outputs[-1].describe()
         watched = nvrx("watch", "--platform", "none", "--work-dir", str(work), *flags)
-        assert watched.code in (0, 1), watched.describe()
+        assert watched.code in (0, 3), watched.describe()
     assert server.seen, "the judge was never asked"
     texts = {f"run {i} ({' '.join(p.args[:3])})": p.output for i, p in enumerate(outputs)}
     written = every_file_text(tmp_path, exclude=[secrets])

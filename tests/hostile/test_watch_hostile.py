@@ -94,4 +94,4 @@ def test_a_cycle_dir_holding_only_symlinks_is_a_degraded_pass(tmp_path: Path, ho
         shutil.move(path, elsewhere / path.name)
         path.symlink_to(elsewhere / path.name)
     code, doc = watch_json(work, state, home)
-    assert (code, doc["degraded"]) == (1, True), doc
+    assert (code, doc["degraded"]) == (3, True), doc

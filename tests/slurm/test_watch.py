@@ -119,7 +119,7 @@ def test_repeated_failures_without_checkpoint_progress_are_a_storm_and_a_stall(
     assert {"restart_storm", "stalled_progress"} <= set(found)
     assert found["stalled_progress"]["key"].endswith("-7")
     assert found["stalled_progress"]["severity"] == "critical"
-    assert code == 2
+    assert code == 1
     assert doc["snapshot"]["checkpoint"]["value"] == 7
     assert doc["snapshot"]["restarts"] >= 3
 
@@ -236,7 +236,7 @@ def test_a_blind_watcher_exits_1_and_sends_no_heartbeat(
         "slurm.retry_deadline=4",
         state_dir=state,
     )
-    assert code == 1
+    assert code == 3
     assert doc["degraded"] is True
     assert any(f["key"].startswith("nvrx-watch-blind-") for f in doc["findings"])
     assert doc["snapshot"]["platform"]["queue_ok"] is False
@@ -342,6 +342,6 @@ def test_a_job_name_slurm_does_not_know_is_a_blind_pass_not_a_clean_one(
     code, doc = watch(
         "--work-dir", str(work), "--job-name", name, state_dir=work_root / "typo-state"
     )
-    assert (code, doc["degraded"], doc["state"]) == (1, True, "blind")
+    assert (code, doc["degraded"], doc["state"]) == (3, True, "blind")
     (finding,) = [f for f in doc["findings"] if "unseen" in f["key"]]
     assert f"Slurm knows no job 987654321 of name '{name}'" in finding["summary"]

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from nvrx.analyze.logattr import LogAttribution
 from nvrx.config import load_for_command
+from nvrx.contract import write_document
 from nvrx.terminal import CommandError, note
 
 
@@ -33,7 +33,7 @@ def analyze_fr(path: Path, pattern: str, as_json: bool) -> int:
     for line in result.notes:
         note(line)
     if as_json:
-        sys.stdout.write(json.dumps(fr.to_json(result), indent=2) + "\n")
+        write_document(fr.to_json(result), 0)
     else:
         sys.stdout.write("no_dumps\n" if result.no_dumps else fr.table(result))
     return 0
@@ -44,7 +44,7 @@ def analyze_log(path: Path, as_json: bool) -> int:
     load_for_command(None, None, None)  # the site's limits (a pipe or device ends at one)
     result = attribute_file(path)  # InputError: one line, from nvrx.cli.main
     if as_json:
-        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
+        write_document(result.to_json(), 0)
     else:
         sys.stdout.write(result.text().rstrip("\n") + "\n")
     return 0

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 
 from nvrx.config import load_for_command
+from nvrx.contract import write_document
 from nvrx.terminal import CommandError, stderr, stdout
 
 
@@ -38,9 +38,7 @@ def submit_chain(
     from nvrx.slurm import Slurm, SlurmError, SlurmValueError
 
     def error(message: str, code: int) -> NoReturn:
-        if as_json:
-            sys.stdout.write(json.dumps({"ok": False, "error": message}) + "\n")
-        raise CommandError(message, code)
+        raise CommandError(message, code)  # under --json, nvrx.cli.main prints it as a document
 
     if sum((dry_run or validate, extend, cancel)) > 1:
         error("choose one of --dry-run/--validate, --extend and --cancel", 2)
@@ -93,8 +91,9 @@ def submit_chain(
         error(f"{exc.filename or 'file'}: {exc.strerror}", 2)
     if report.fault_warning:  # first, and on stderr: neither --json nor a pipe hides it
         stderr().print(report.fault_warning, markup=False, style="bold red", highlight=False)
+    code = 0 if report.ok else 1
     if as_json:
-        sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
+        write_document(report.to_json(), code)
     else:
         print_report(report, stdout(), stderr())
-    return 0 if report.ok else 1
+    return code

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 import typer
 from typer.core import TyperGroup
@@ -159,7 +159,16 @@ def main() -> None:
     """The entry point. Not standalone: a usage error (a bad flag or value) is one `nvrx: error:`
     line and exit 2, like every other bad input, instead of a framed usage box. A command's
     CommandError, a config error and an unreadable input are one line too, wherever raised."""
+    from nvrx.contract import error_document, wants_json
     from nvrx.terminal import CommandError, error_line
+
+    as_json = wants_json(sys.argv[1:])
+
+    def fail(message: str, code: int) -> NoReturn:
+        error_line(message)
+        if as_json:  # a program reading stdout gets the error as a document too
+            error_document(message, code)
+        sys.exit(code)
 
     try:
         code = app(standalone_mode=False)
@@ -171,17 +180,15 @@ def main() -> None:
         where = f"{ctx.command_path}: " if ctx is not None else ""
         message = " ".join(exc.format_message().split())
         if message:  # empty for `nvrx` alone, which has printed the help already
-            error_line(f"{where}{message} (see --help)")
+            fail(f"{where}{message} (see --help)", exc.exit_code)
         sys.exit(exc.exit_code)
     except CommandError as exc:
-        error_line(str(exc))
-        sys.exit(exc.code)
+        fail(str(exc), exc.code)
     except (KeyboardInterrupt, typer.Abort):
         sys.stderr.write("nvrx: interrupted\n")
         sys.exit(130)
     except Exception as exc:
         if not _is_input_error(exc):
             raise
-        error_line(str(exc))
-        sys.exit(2)
+        fail(str(exc), 2)
     sys.exit(code if isinstance(code, int) else 0)

@@ -94,7 +94,7 @@ def watch_cmd(
     """Watch a chain from outside the job and report restart anomalies.
 
     Reconciles the chain with Slurm and reads its cycle-info files.
-    Exit 0 clean, 1 degraded (cannot see Slurm), 2 critical.
+    Exit 0 clean, 1 a critical finding, 2 bad input, 3 blind (cannot see Slurm or the files).
     """
     from nvrx.watch.command import WatchRequest, watch
 

@@ -4,13 +4,13 @@ from, and the environment names each setting reads."""
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 import nvrx
 from nvrx.config.load import LoadedConfig
 from nvrx.config.model import FIELDS
 from nvrx.config.names import env_names_for
+from nvrx.contract import write_document
 from nvrx.terminal import stdout
 
 
@@ -34,7 +34,7 @@ def show(loaded: LoadedConfig, as_json: bool) -> None:
                 key: {"value": value, "source": str(origin)} for key, value, origin in rows
             },
         }
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        write_document(doc, 0)
         return
     from rich.table import Table
     from rich.text import Text
@@ -63,7 +63,7 @@ def env_names(as_json: bool) -> None:
     """The environment variables each setting reads (canonical name, then upstream names)."""
     mapping = {key: env_names_for(key) for key in FIELDS}
     if as_json:
-        sys.stdout.write(json.dumps(mapping, indent=2) + "\n")
+        write_document({"names": mapping}, 0)
         return
     from rich.table import Table
 

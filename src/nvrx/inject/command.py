@@ -3,7 +3,6 @@ iteration is asked for, with what; then the campaign, its summary and its report
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 import time
@@ -12,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from nvrx.config import load_for_command
-from nvrx.terminal import CommandError, note, stderr, stdout, warn
+from nvrx.contract import write_document
+from nvrx.terminal import CommandError, error_line, note, stderr, stdout, warn
 
 
 def note_duplicates(duplicates: Sequence[str]) -> None:
@@ -55,7 +55,7 @@ def inject_loop(
     from nvrx.inject.output import (
         LineReporter,
         LiveReporter,
-        pool_table,
+        pool_json,
         print_summary,
         summary_json,
     )
@@ -170,18 +170,22 @@ def inject_loop(
             elif list_pool:  # the pool alone: listing it needs no sbatch script yet
                 listed = plan_pool(loaded, allow_duplicates=allow_duplicates)
                 note_duplicates(listed.pool.duplicates)
-                stdout().print(pool_table(list(listed.pool.experiments), listed.gpus_per_node))
-                return 0
+                return _list_pool(list(listed.pool.experiments), listed.gpus_per_node, as_json)
             else:
                 plan = make_plan(loaded, allow_duplicates=allow_duplicates, extra_args=extra_args)
                 home = Path(cfg.base_experiments_dir)
                 window = campaign_window(loaded)
             note_duplicates(plan.pool.duplicates)
             if list_pool:  # with --rerun-failing: the pool the re-run would run
-                stdout().print(pool_table(list(plan.pool.experiments), plan.spec.gpus_per_node))
-                return 0
+                return _list_pool(list(plan.pool.experiments), plan.spec.gpus_per_node, as_json)
             lines = planned_commands(plan, slurm, home)
             if dry_run:
+                if as_json:
+                    listing = pool_json(list(plan.pool.experiments), plan.spec.gpus_per_node)
+                    for entry, argv in zip(listing["experiments"], lines, strict=True):
+                        entry["sbatch"] = argv
+                    write_document({"dry_run": True, **listing}, 0)
+                    return 0
                 for argv in lines:
                     stdout().print(f"[dry-run] {shlex.join(argv)}")
                 return 0
@@ -214,17 +218,27 @@ def inject_loop(
     finally:
         reporter.close()
     summary = summary_json(outcome.state, str(session.dir), outcome.error, outcome.interrupted)
+    code = 1 if outcome.error else 130 if outcome.interrupted else 0
+    if campaign.analyst is not None:
+        campaign.analyst.close()
     if as_json:
-        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+        write_document(summary, code)
     else:
         print_summary(stdout(), summary)
     if campaign.analyst is not None:
-        campaign.analyst.close()
         finish_report(session.dir, as_json, dimensions=cfg.stop_dimensions)
-    if outcome.error:
-        raise CommandError(outcome.error, 1)
-    if outcome.interrupted:
-        return 130
+    if outcome.error:  # one line, as every failure; the document above already carries it
+        error_line(outcome.error)
+    return code
+
+
+def _list_pool(experiments: list[Any], gpus_per_node: int, as_json: bool) -> int:
+    from nvrx.inject.output import pool_json, pool_table
+
+    if as_json:
+        write_document(pool_json(experiments, gpus_per_node), 0)
+    else:
+        stdout().print(pool_table(experiments, gpus_per_node))
     return 0
 
 
@@ -293,10 +307,11 @@ def reanalyze_session(
     if as_json:
         from nvrx.inject import report
 
-        sys.stdout.write(json.dumps(report.report_json(session.dir, rows, stop), indent=2) + "\n")
     if code == 0 and unscored:
         stderr().print(f"nvrx: {unscored} experiment(s) unscored after re-analysis")
         code = 3
+    if as_json:
+        write_document(report.report_json(session.dir, rows, stop), code)
     return code
 
 

@@ -39,6 +39,17 @@ def pool_table(experiments: list[Experiment], gpus_per_node: int) -> Table:
     return table
 
 
+def pool_json(experiments: list[Experiment], gpus_per_node: int) -> dict[str, Any]:
+    """The pool listing for `--json`: the table's columns, one object per experiment."""
+    return {
+        "experiments": [
+            {"index": i, "fault_type": e.fault.value, "rank": e.rank, "iteration": e.iteration,
+             "nodes": e.nodes, "ranks": e.nodes * gpus_per_node, "name": e.dir_name}
+            for i, e in enumerate(experiments, start=1)
+        ]
+    }  # fmt: skip
+
+
 def _counts(state: SessionState) -> tuple[int, int, int]:
     done = len(state.by_status("ended"))
     running = len(state.by_status("submitted")) + len(state.by_status("submitting"))

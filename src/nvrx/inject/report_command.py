@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from nvrx.config import load_for_command
+from nvrx.contract import write_document
 from nvrx.terminal import CommandError, stdout
 
 
@@ -36,12 +36,14 @@ def report_command(args: list[str], as_json: bool, force: bool, *, html: bool = 
         regressed = [c for c in changes if not c.improved]
         if as_json:
             doc = {
+                "old": str(Path(args[1]).resolve()),
+                "new": str(Path(args[2]).resolve()),
                 "improved": [vars(c) for c in changes if c.improved],
                 "regressed": [vars(c) for c in regressed],
                 "only_in_old": only_old,
                 "only_in_new": only_new,
             }
-            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+            write_document(doc, 1 if regressed else 0)
         else:
             for c in changes:
                 word = "improved" if c.improved else "regressed"
@@ -71,7 +73,7 @@ def report_command(args: list[str], as_json: bool, force: bool, *, html: bool = 
     except OSError as exc:
         raise CommandError(f"cannot write the page in {session_dir}: {exc.strerror}", 1) from None
     if as_json:
-        sys.stdout.write(json.dumps(report.report_json(session_dir, rows, stop), indent=2) + "\n")
+        write_document(report.report_json(session_dir, rows, stop), 0)
         return 0
     from rich.table import Table
 

@@ -3,12 +3,12 @@ their reports and the thresholds' exit code."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from nvrx.config import load_for_command
+from nvrx.contract import write_document
 from nvrx.terminal import CommandError, note, stderr, stdout, warn
 
 
@@ -145,7 +145,7 @@ def score_command(
         raise CommandError(f"cannot write {exc.filename}: {exc.strerror}") from None
     if as_json:
         doc = report.as_json(cases, verdicts, summary, label)
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        write_document(doc, doc.pop("exit_code"))
     else:
         render(stdout(), cases, verdicts, summary, label)
     return summary.exit_code

@@ -11,6 +11,7 @@ Exit codes (documented in docs/score.md and `nvrx score --help`):
 
 from __future__ import annotations
 
+import os
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
@@ -193,7 +194,10 @@ def as_json(
         "cases": [
             {
                 "case": case.id,
-                "experiment_dir": case.experiment_dir,
+                # Absolute in every document (nvrx.contract), wherever the command ran.
+                "experiment_dir": os.path.abspath(case.experiment_dir)
+                if case.experiment_dir
+                else None,
                 "job_id": case.job_id,
                 "job_state": case.job_state,
                 "truth": case.truth.to_json(),

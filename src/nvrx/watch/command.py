@@ -95,14 +95,14 @@ def list_detectors() -> None:
 
 def _blind(message: str, as_json: bool) -> int:
     """A pass that saw nothing: one line (and a JSON object with --json), exit 1."""
-    from nvrx.watch.output import JSON_SCHEMA
+    from nvrx.contract import UNJUDGED, write_document
 
     sys.stderr.write(f"nvrx: watch: {printable(message)}\n")
     if as_json:
-        doc = {"schema": JSON_SCHEMA, "exit_code": 1, "degraded": True, "error": message}
-        sys.stdout.write(json.dumps(doc) + "\n")
-        sys.stdout.flush()
-    return 1
+        write_document(
+            {"state": "blind", "degraded": True, "error": message}, UNJUDGED, indent=None
+        )
+    return UNJUDGED
 
 
 def _write_timeline(path: Path, result: PassResult) -> None:
@@ -178,23 +178,24 @@ class PassOutput:
 
 
 def _print_goodput(result: PassResult, as_json: bool) -> int:
-    """`--goodput`: the chain's breakdown (exit 1 when the pass was blind, else 0)."""
-    from nvrx.watch.output import JSON_SCHEMA, goodput_lines, print_lines
+    """`--goodput`: the chain's breakdown (exit 3 when the pass was blind, else 0)."""
+    from nvrx.contract import OK, UNJUDGED, write_document
+    from nvrx.watch.output import goodput_lines, print_lines
 
     chain = result.snapshot.chain
     good = result.goodput
+    code = UNJUDGED if result.degraded else OK
     if as_json:
         doc = {
-            "schema": JSON_SCHEMA,
             "chain": chain.label,
             "work_dir": chain.work_dir,
             "degraded": result.degraded,
             "goodput": good.to_json() if good else None,
         }
-        sys.stdout.write(json.dumps(doc) + "\n")
+        write_document(doc, code, indent=None)
     else:
         print_lines(goodput_lines(chain.label, good), sys.stdout, color=sys.stdout.isatty())
-    return 1 if result.degraded else 0
+    return code
 
 
 def fleet_watch(
@@ -213,8 +214,18 @@ def fleet_watch(
     except FleetError as exc:
         raise CommandError(str(exc)) from None
     if not dirs and not jobs:
+        # Nothing to watch is an answer, not bad input: a cron job of --mine must not fail
+        # because the user has no chain running today.
+        from nvrx.contract import OK, write_document
+        from nvrx.terminal import note
+
         where = " ".join(request.targets) if request.targets else "Slurm (--mine)"
-        raise CommandError(f"no chain found in {where}")
+        message = f"no chain found in {where}"
+        note(message, "nvrx: note: ")
+        if request.as_json:
+            doc = {"fleet": True, "state": "ok", "chains": [], "notes": [message]}
+            write_document(doc, OK, indent=None)
+        return OK
     fleet = build_fleet(
         dirs,
         jobs,
@@ -230,14 +241,20 @@ def fleet_watch(
     def one_pass() -> tuple[int, bool]:
         result = fleet.run_pass()
         if request.goodput:
+            from nvrx.contract import OK, UNJUDGED, write_document
             from nvrx.watch.fleetview import fleet_goodput_report
 
             lines, doc = fleet_goodput_report(result)
+            code = (
+                UNJUDGED
+                if any(c.result is None or c.result.degraded for c in result.chains)
+                else OK
+            )
             if request.as_json:
-                sys.stdout.write(json.dumps(doc) + "\n")
+                write_document(doc, code, indent=None)
             else:
                 print_lines(lines, sys.stdout, color=sys.stdout.isatty())
-            return (1 if any(c.exit_code == 1 for c in result.chains) else 0), True
+            return code, True
         out.show(fleet_json(result, settings), partial(fleet_lines, result, settings))
         return result.exit_code, False
 
@@ -252,7 +269,7 @@ def watch(
     env_file: Path | None,
     sets: list[str] | None,
 ) -> int:
-    """Run the watcher; its exit code: 0 clean, 1 degraded (blind), 2 critical."""
+    """Run the watcher; its exit code (nvrx.contract): 0 clean, 1 critical, 3 blind."""
     if request.list_detectors:
         list_detectors()
         return 0

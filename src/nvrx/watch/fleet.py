@@ -109,11 +109,15 @@ class FleetResult:
 
     @property
     def exit_code(self) -> int:
-        codes = [c.exit_code for c in self.chains]
+        codes = {c.exit_code for c in self.chains}
         if any(f.severity is Severity.CRITICAL for f in self.findings):
-            codes.append(EXIT_CRITICAL)
-        # Critical outranks blind: the worst chain decides.
-        return EXIT_CRITICAL if EXIT_CRITICAL in codes else max(codes, default=0)
+            codes.add(EXIT_CRITICAL)
+        # As everywhere (nvrx.contract): one chain the pass could not see makes the answer
+        # incomplete, and that wins over a critical finding elsewhere.
+        for code in (EXIT_DEGRADED, EXIT_CRITICAL):
+            if code in codes:
+                return code
+        return 0
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,7 @@ def fleet_goodput_report(fleet: FleetResult) -> tuple[list[Line], dict[str, Any]
                        "goodput": good.to_json() if good else None})  # fmt: skip
     total = _fleet_goodput(fleet)
     lines += goodput_lines("the fleet", total)
-    doc = {"schema": JSON_SCHEMA, "chains": chains, "goodput": total.to_json()}
+    doc = {"chains": chains, "goodput": total.to_json()}
     return lines, doc
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, TextIO
 
+from nvrx.contract import SCHEMA
 from nvrx.display import printable
 from nvrx.slurm.hostlist import compress
 from nvrx.watch.goodput import CATEGORIES, SOURCES, Goodput
 from nvrx.watch.model import Severity
 from nvrx.watch.run import PassResult
 
-JSON_SCHEMA = 1
+JSON_SCHEMA = SCHEMA  # the one output contract's (nvrx.contract)
 FUTURE_SLACK = 5.0  # seconds: a time this far after the pass started is "now", not the future
 # A screen line is a list of (text, style) segments: styled with rich on a terminal, written
 # as plain text otherwise (cron, pipes), so a pass that is not watched never imports rich.

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from nvrx.chain.manifest import manifest_path, read_manifest
 from nvrx.chain.shape import ChainError
 from nvrx.config import WatchSettings
+from nvrx.contract import FOUND, OK, UNJUDGED
 from nvrx.files import InputError, read_key_file
 from nvrx.slurm import JobState, Slurm, SlurmError
 from nvrx.watch.cyclecache import CycleCache
@@ -49,7 +50,9 @@ from nvrx.watch.state import WatchState, load_state, save_state
 if TYPE_CHECKING:
     from nvrx.watch.http_sinks import HttpSinks
 
-EXIT_CLEAN, EXIT_DEGRADED, EXIT_CRITICAL = 0, 1, 2
+# The contract's codes (nvrx.contract): a critical finding is "something is wrong" (1), a blind
+# pass "could not see" (3), which wins (upstream's watcher exited 2 and 1).
+EXIT_CLEAN, EXIT_CRITICAL, EXIT_DEGRADED = OK, FOUND, UNJUDGED
 
 
 @dataclass
@@ -65,9 +68,11 @@ class PassResult:
 
     @property
     def exit_code(self) -> int:
+        if self.degraded:
+            return EXIT_DEGRADED
         if any(f.severity is Severity.CRITICAL for f in self.findings):
             return EXIT_CRITICAL
-        return EXIT_DEGRADED if self.degraded else EXIT_CLEAN
+        return EXIT_CLEAN
 
     @property
     def state(self) -> str:
