@@ -56,6 +56,20 @@ def stalled_run(work: Path) -> None:
     cycle_file(work, "900", 3, now - timedelta(minutes=5), None)
 
 
+def closed_cycles_then_an_open_one(work: Path, job: str, ran: timedelta, checkpoint: str) -> Path:
+    """Three completed cycles of `ran` each, back to back, the open fourth since `ran` ago, and
+    the checkpoint-iteration file holding `checkpoint` (its path)."""
+    now = datetime.now(UTC)
+    for i in range(3):
+        start = now - (4 - i) * ran
+        cycle_file(work, job, i, start, start + ran)
+    cycle_file(work, job, 3, now - ran / 4, None)
+    ckpt = work / "checkpoints" / "latest_checkpointed_iteration.txt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_text(checkpoint)
+    return ckpt
+
+
 def healthy_run(work: Path) -> None:
     now = datetime.now(UTC)
     ckpt = work / "checkpoints" / "latest_checkpointed_iteration.txt"
@@ -255,14 +269,8 @@ def test_cycle_files_that_none_can_be_read_are_a_blind_pass_not_a_clean_one(
 
 def test_a_checkpoint_caught_mid_write_keeps_the_last_value(tmp_path: Path) -> None:
     work = tmp_path / "w"
-    now = datetime.now(UTC)
-    for i in range(3):  # three healthy two-hour cycles and a checkpoint that advanced
-        start = now - timedelta(hours=7 - 2 * i)
-        cycle_file(work, "950", i, start, start + timedelta(hours=2))
-    cycle_file(work, "950", 3, now - timedelta(minutes=30), None)
-    ckpt = work / "checkpoints" / "latest_checkpointed_iteration.txt"
-    ckpt.parent.mkdir(parents=True)
-    ckpt.write_text("5000\n")
+    # three healthy two-hour cycles and a checkpoint that advanced
+    ckpt = closed_cycles_then_an_open_one(work, "950", timedelta(hours=2), "5000\n")
     code, doc, _ = watch(work, tmp_path / "state")
     assert code == 0, doc["findings"]
     ckpt.write_text("")  # Megatron's open("w") before the write
@@ -480,14 +488,7 @@ def test_megatrons_release_marker_is_no_checkpoint_yet(tmp_path: Path) -> None:
     # `release` is a released checkpoint with no iteration: upstream reads it as "no
     # iteration yet", so three completed cycles on it are three cycles without a save.
     work = tmp_path / "w"
-    now = datetime.now(UTC)
-    for i in range(3):
-        start = now - timedelta(minutes=40 - 10 * i)
-        cycle_file(work, "985", i, start, start + timedelta(minutes=5))
-    cycle_file(work, "985", 3, now - timedelta(minutes=5), None)
-    ckpt = work / "checkpoints" / "latest_checkpointed_iteration.txt"
-    ckpt.parent.mkdir(parents=True)
-    ckpt.write_text("release\n")
+    closed_cycles_then_an_open_one(work, "985", timedelta(minutes=5), "release\n")
     code, doc, _ = watch(work, tmp_path / "state")
     (finding,) = [f for f in doc["findings"] if f["detector"] == "stalled_progress"]
     assert finding["key"] == "nvrx-no-checkpoint-985" and finding["severity"] == "critical"

@@ -13,7 +13,7 @@ Exit codes mean the same in every subcommand:
 When both 1 and 3 apply, 3 wins: an answer over what was not all seen is not complete.
 
 Every `--json` document is one JSON object with `schema` (this contract's version) first and
-`exit_code` (the process's) last; an error under `--json` is such an object too, with
+`exit_code` (the process's); an error under `--json` is such an object too, with
 `ok: false` and `error`, as well as the one line on stderr.
 """
 

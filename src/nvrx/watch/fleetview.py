@@ -30,6 +30,15 @@ def chain_state(chain: ChainPass) -> str:
     return "blind" if chain.result is None else chain.result.state
 
 
+def fleet_state(fleet: FleetResult) -> str:
+    """The fleet's word: its worst chain's (or fleet finding's), blind before critical as the
+    exit code has it (nvrx.contract)."""
+    states = {chain_state(c) for c in fleet.chains}
+    states |= {f.severity.value for f in fleet.findings}
+    order = ("blind", "critical", "warning", "info")
+    return next((s for s in order if s in states), "ok")
+
+
 def fleet_json(fleet: FleetResult, settings: WatchSettings) -> dict[str, Any]:
     """One document: one object per chain (its work dir, today's pass object with its
     findings), the fleet findings, the Slurm commands the pass cost."""
@@ -54,6 +63,7 @@ def fleet_json(fleet: FleetResult, settings: WatchSettings) -> dict[str, Any]:
         "schema": JSON_SCHEMA,
         "fleet": True,
         "observed_at": fleet.observed_at.isoformat(),
+        "state": fleet_state(fleet),
         "exit_code": fleet.exit_code,
         "slurm_commands": fleet.slurm_commands,
         "chains": chains,
@@ -124,7 +134,10 @@ def fleet_lines(fleet: FleetResult, settings: WatchSettings) -> list[Line]:
     rows.append(("fleet", "", "", "", "", "", percent(total.fraction), ""))
     widths = [max(len(printable(row[i])) for row in (header, *rows)) for i in range(len(header))]
     lines: list[Line] = [
-        [(f"nvrx watch: {len(fleet.chains)} chain(s)", "bold"), (f"  exit {fleet.exit_code}", "")],
+        [
+            (f"nvrx watch: {len(fleet.chains)} chain(s)  ", "bold"),
+            (fleet_state(fleet).upper(), STATE_STYLE[fleet_state(fleet)]),
+        ],
         [("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)), "bold")],
     ]
     for row in rows:

@@ -65,7 +65,7 @@ SOURCES = {
 }
 # Without accounting (--platform none, or sacct failed) these categories have no source.
 _FROM_ACCOUNTING = ("queue_wait", "startup")
-NOT_READ = "not read (no accounting this pass): 0, its time is in unknown"
+NOT_READ = "not read (no accounting this pass)"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,56 @@
+"""The example chains of examples/chains/ that every watch example of the README and docs runs
+against: each says what it is meant to show, and the generator overwrites nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from .cli_runner import clean_environ
+from .cli_runner import nvrx as nvrx_in_process
+
+MAKE = Path(__file__).resolve().parents[1] / "examples" / "chains" / "make_chains.py"
+
+
+def make(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(MAKE), str(root)], capture_output=True, text=True, check=False
+    )
+
+
+def watch(root: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    proc = nvrx_in_process(
+        "watch", "--platform", "none", "--state-dir", str(root / "state"), "--json", *args,
+        env=clean_environ({"HOME": str(root)}), cwd=root,
+    )  # fmt: skip
+    return proc.returncode, json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_the_three_example_chains_show_what_they_are_named_for(tmp_path: Path) -> None:
+    assert make(tmp_path / "ex").returncode == 0
+    code, healthy = watch(tmp_path, "--work-dir", str(tmp_path / "ex" / "healthy"))
+    assert (code, healthy["findings"], healthy["state"]) == (0, [], "ok")
+    assert healthy["goodput"]["fraction"] == 1.0
+
+    code, storm = watch(tmp_path, "--work-dir", str(tmp_path / "ex" / "storm"))
+    found = {f["detector"] for f in storm["findings"]}
+    assert code == 1 and {"restart_storm", "stalled_progress", "suspect_node"} <= found
+
+    code, stalled = watch(tmp_path, "--work-dir", str(tmp_path / "ex" / "stalled"))
+    assert code == 1 and [f["detector"] for f in stalled["findings"]] == ["cycle_stalled"]
+    assert stalled["goodput"]["seconds"]["stalled"] > 2 * 3600
+
+    code, fleet = watch(tmp_path, "--fleet", str(tmp_path / "ex"))
+    assert code == 1 and len(fleet["chains"]) == 3
+
+
+def test_the_generator_never_writes_over_a_chain(tmp_path: Path) -> None:
+    assert make(tmp_path).returncode == 0
+    before = (tmp_path / "healthy" / "checkpoints" / "latest_checkpointed_iteration.txt").stat()
+    again = make(tmp_path)
+    assert again.returncode == 2 and "exists; choose an empty DIR" in again.stderr
+    after = (tmp_path / "healthy" / "checkpoints" / "latest_checkpointed_iteration.txt").stat()
+    assert after.st_mtime_ns == before.st_mtime_ns
