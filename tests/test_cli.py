@@ -63,6 +63,18 @@ def test_config_show_table_names_sources(tmp_path: Path) -> None:
     assert "gpu" in line and "env PARTITION" in line
 
 
+def test_config_show_is_aligned_lines_padded_nowhere(tmp_path: Path) -> None:
+    proc = run("config", "show", env={"HOME": str(tmp_path)}, cwd=tmp_path)
+    lines = proc.stdout.splitlines()
+    assert all(line == line.rstrip() for line in lines)  # no padding, not even on blank rows
+    assert "" in lines  # the sections are apart
+    header = next(line for line in lines if line.startswith("setting"))
+    source_at = header.index("source")
+    assert source_at < 80  # one long value no longer widens every row
+    short = [ln for ln in lines if ln.startswith("slurm.gpus_per_node")]
+    assert short and short[0].index("default") == source_at
+
+
 def test_bad_input_is_one_line_on_stderr_and_a_nonzero_exit(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("slurm:\n  partiton: main\n")

@@ -45,6 +45,9 @@ def test_the_page_draws_generations_cycles_restarts_and_findings(tmp_path: Path)
         assert finding["detector"] in text
     assert not FETCHES.search(text) and "default-src 'none'" in text
     assert code == doc["exit_code"]
+    # The state word heads the page (not "exit 1"), every time in one format.
+    assert f"<b>{doc['state'].upper()}</b>: seen " in text and "exit " not in text
+    assert not re.search(r"\d{2}:\d{2}:\d{2}[+.]", text)  # no ISO offsets or fractions
 
 
 def test_a_long_chain_is_drawn_to_a_bound_and_says_so(tmp_path: Path) -> None:

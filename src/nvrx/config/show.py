@@ -36,27 +36,31 @@ def show(loaded: LoadedConfig, as_json: bool) -> None:
         }
         write_document(doc, 0)
         return
-    from rich.table import Table
     from rich.text import Text
 
     out = stdout()
-    out.print(f"config file: {loaded.config_file or '(none)'}")
-    out.print(f"env file:    {loaded.env_file or '(none)'}")
-    table = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
-    table.add_column("setting", no_wrap=True)
-    table.add_column("value", overflow="fold")
-    table.add_column("source", overflow="fold")
+    out.print(f"config file: {loaded.config_file or '(none)'}", markup=False, highlight=False)
+    out.print(f"env file:    {loaded.env_file or '(none)'}", markup=False, highlight=False)
+    # Aligned lines, not a table: a table pads every row to its longest value (109 columns for
+    # one long path), and a blank row of spaces between sections. A value longer than
+    # VALUE_WIDTH pushes its own source right; no other row moves.
+    shown = [(key, _display(value), origin) for key, value, origin in rows]
+    key_width = max(len(key) for key, _, _ in shown)
+    value_width = min(max(len(v) for _, v, _ in shown), VALUE_WIDTH)
+    out.print(Text(f"{'setting':<{key_width}}  {'value':<{value_width}}  source", style="bold"))
     section = ""
-    for key, value, origin in rows:
+    for key, value, origin in shown:
         this = key.split(".", 1)[0]
-        if this != section:
-            if section:
-                table.add_row("", "", "")
-            section = this
+        if section and this != section:
+            out.print()
+        section = this
         # Values and paths are data, never rich markup (a value may well contain "[/x]").
-        style = "dim" if origin.layer == "default" else "cyan"
-        table.add_row(key, Text(_display(value)), Text(str(origin), style=style))
-    out.print(table)
+        line = Text(f"{key:<{key_width}}  {value:<{value_width}}  ")
+        line.append(str(origin), style="dim" if origin.layer == "default" else "cyan")
+        out.print(line, soft_wrap=True)
+
+
+VALUE_WIDTH = 36
 
 
 def env_names(as_json: bool) -> None:

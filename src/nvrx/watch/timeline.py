@@ -127,13 +127,15 @@ def timeline_page(result: PassResult) -> str:
     cycles = list(snap.cycles[-MAX_CYCLES:])
     body = [f"<h1>nvrx watch timeline: {escape(name)}</h1>"]
     body.append(
-        f"<p>Seen {escape(snap.observed_at.isoformat(timespec='seconds'))} from "
-        f"{escape(snap.host)}; exit {result.exit_code}"
-        f"{' (degraded: the watcher could not see everything)' if result.degraded else ''}.</p>"
+        # The pass's state word, as on the screen (an exit code means nothing to a reader),
+        # and one time format on the page: UTC, to the second.
+        f"<p><b>{escape(result.state.upper())}</b>: seen {snap.observed_at:%Y-%m-%d %H:%M:%S} "
+        f"UTC from {escape(snap.host)}"
+        f"{' (blind: the watcher could not see everything)' if result.degraded else ''}.</p>"
     )
     ckpt = snap.checkpoint
     if ckpt.value is not None:
-        when = f", written {ckpt.mtime:%Y-%m-%d %H:%M:%S}" if ckpt.mtime else ""
+        when = f", written {ckpt.mtime:%Y-%m-%d %H:%M:%S} UTC" if ckpt.mtime else ""
         body.append(f"<p>Checkpoint: iteration {escape(ckpt.value)}{escape(when)}.</p>")
     if not cycles:
         body.append("<p class='dim'>No cycle-info files yet: nothing to draw.</p>")
