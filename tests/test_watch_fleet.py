@@ -293,3 +293,12 @@ def test_mine_finds_one_job_per_chain_of_the_current_user_with_one_squeue() -> N
     down = (1, "", "squeue: error: Unable to contact slurm controller (connect failure)")
     with pytest.raises(FleetError, match="--mine: cannot list your jobs"):
         my_chains(slurm_for(Replay({"squeue": [down] * 100})))
+
+
+def test_one_order_of_states_for_a_pass_a_chain_row_and_the_fleet() -> None:
+    from nvrx.watch.run import worst_state
+
+    # Blind outranks critical, as exit 3 outranks 1 (docs/output-contract.md).
+    assert worst_state(["critical", "blind", "warning"]) == "blind"
+    assert worst_state(["info", "critical", "ok"]) == "critical"
+    assert worst_state([]) == "ok"

@@ -60,8 +60,6 @@ class LazyGroup(TyperGroup):
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
         try:
             return super().resolve_command(ctx, args)
-        except typer.BadParameter:
-            raise
         except Exception as exc:  # click's UsageError: "No such command"; the closest name too
             message = getattr(exc, "message", None)
             if isinstance(message, str) and args and message.startswith("No such command"):
@@ -79,20 +77,16 @@ def _plain_metavars(command: Any) -> None:
     """Help that names what a value is, never a Python type: `--work-dir DIR`, `--platform
     slurm|none`, `--interval N` (not `<path>`, `<str>`, `<int>`), and usage lines that read
     `[JOB_ID|PATH]...`, not `[[JOB_ID | PATH...]]...`. An explicit metavar always wins."""
-    for sub in [command, *getattr(command, "commands", {}).values()]:
-        if sub is not command:
-            _plain_metavars(sub)
-            continue
-        for param in sub.params:
-            if param.param_type_name == "argument":
-                name = param.metavar or (param.name or "ARG").upper()
-                shown = (name if param.required else f"[{name}]") + (
-                    "..." if param.nargs != 1 else ""
-                )
-                param.get_usage_pieces = lambda ctx=None, shown=shown: [shown]
-                param.display_type_rich = lambda ctx=None, **_: None
-            elif not (param.is_flag or param.count or param.metavar):
-                param.metavar = _metavar_of(param)
+    for sub in getattr(command, "commands", {}).values():  # a group's commands
+        _plain_metavars(sub)
+    for param in command.params:
+        if param.param_type_name == "argument":
+            name = param.metavar or (param.name or "ARG").upper()
+            shown = (name if param.required else f"[{name}]") + ("..." if param.nargs != 1 else "")
+            param.get_usage_pieces = lambda ctx=None, shown=shown: [shown]
+            param.display_type_rich = lambda ctx=None, **_: None
+        elif not (param.is_flag or param.count or param.metavar):
+            param.metavar = _metavar_of(param)
 
 
 def _metavar_of(option: Any) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from nvrx.config.redact import HIDDEN, redact_urls
 from nvrx.config.shellwords import parse_env_file
 from nvrx.display import did_you_mean, printable
 from nvrx.files import set_input_limit
+from nvrx.terminal import warn
 
 Layer = Literal["default", "file", "env-file", "env", "cli"]
 
@@ -272,5 +272,5 @@ def load_for_command(
     )
     set_input_limit(loaded.config.limits.max_input_bytes)
     for line in loaded.ignored:
-        sys.stderr.write(f"nvrx: warning: {printable(line)}\n")
+        warn(line)
     return loaded

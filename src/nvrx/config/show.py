@@ -13,6 +13,9 @@ from nvrx.config.names import env_names_for
 from nvrx.contract import write_document
 from nvrx.terminal import stdout
 
+# config show's value column grows up to this; a longer value pushes only its own source right.
+VALUE_WIDTH = 36
+
 
 def _display(value: Any) -> str:
     if value is None:
@@ -58,9 +61,6 @@ def show(loaded: LoadedConfig, as_json: bool) -> None:
         line = Text(f"{key:<{key_width}}  {value:<{value_width}}  ")
         line.append(str(origin), style="dim" if origin.layer == "default" else "cyan")
         out.print(line, soft_wrap=True)
-
-
-VALUE_WIDTH = 36
 
 
 def env_names(as_json: bool) -> None:

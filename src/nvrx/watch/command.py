@@ -245,11 +245,8 @@ def fleet_watch(
             from nvrx.watch.fleetview import fleet_goodput_report
 
             lines, doc = fleet_goodput_report(result)
-            code = (
-                UNJUDGED
-                if any(c.result is None or c.result.degraded for c in result.chains)
-                else OK
-            )
+            blind = any(c.exit_code == UNJUDGED for c in result.chains)
+            code = UNJUDGED if blind else OK
             if request.as_json:
                 write_document(doc, code, indent=None)
             else:

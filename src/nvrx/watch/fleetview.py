@@ -22,7 +22,7 @@ from nvrx.watch.output import (
     pass_json,
     percent,
 )
-from nvrx.watch.run import EXIT_DEGRADED
+from nvrx.watch.run import EXIT_DEGRADED, worst_state
 
 
 def chain_state(chain: ChainPass) -> str:
@@ -31,12 +31,10 @@ def chain_state(chain: ChainPass) -> str:
 
 
 def fleet_state(fleet: FleetResult) -> str:
-    """The fleet's word: its worst chain's (or fleet finding's), blind before critical as the
-    exit code has it (nvrx.contract)."""
-    states = {chain_state(c) for c in fleet.chains}
-    states |= {f.severity.value for f in fleet.findings}
-    order = ("blind", "critical", "warning", "info")
-    return next((s for s in order if s in states), "ok")
+    """The fleet's word: its worst chain's (or fleet finding's)."""
+    return worst_state(
+        [*map(chain_state, fleet.chains), *(f.severity.value for f in fleet.findings)]
+    )
 
 
 def fleet_json(fleet: FleetResult, settings: WatchSettings) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -76,18 +76,23 @@ class PassResult:
 
     @property
     def state(self) -> str:
-        """One word for the pass, never better than its worst finding: `critical`, `blind`
-        (the pass could not see), `warning`, `info` or `ok`."""
+        """One word for the pass, never better than its worst finding: `blind` (the pass could
+        not see), `critical`, `warning`, `info` or `ok`."""
         return pass_state(self.findings, self.degraded)
 
 
+# Worst first, as the exit codes rank them (nvrx.contract: 3, blind, wins over 1, critical).
+STATE_ORDER = ("blind", "critical", "warning", "info", "ok")
+
+
+def worst_state(states: Iterable[str]) -> str:
+    """The worst of `states` (words of STATE_ORDER, or finding severities); `ok` for none."""
+    present = set(states)
+    return next((s for s in STATE_ORDER if s in present), "ok")
+
+
 def pass_state(findings: list[Finding], degraded: bool) -> str:
-    worst = min((f.severity for f in findings), key=lambda s: s.rank, default=None)
-    if worst is Severity.CRITICAL:
-        return "critical"
-    if degraded:
-        return "blind"
-    return "ok" if worst is None else worst.value
+    return worst_state([*(f.severity.value for f in findings), *(["blind"] * degraded)])
 
 
 @dataclass
