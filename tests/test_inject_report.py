@@ -356,3 +356,37 @@ def test_a_key_given_on_the_command_line_never_reaches_the_journal(tmp_path: Pat
     assert "sk-live-1" not in text and "sk-2" not in text
     (event,) = [json.loads(line) for line in text.splitlines()]
     assert event["argv"][-2:] == ["score.api_key=<hidden>", "--set=inject.llm_api_key=<hidden>"]
+
+
+def test_an_analysis_file_edited_after_judging_is_named_by_report_and_score(
+    tmp_path: Path,
+) -> None:
+    # The journal keeps each verdict with the digests of the files it was judged from; after
+    # an edit, report (journalled verdict) and score (files as they are now) disagree, and
+    # both say which file changed and what their figure is of.
+    copy = tmp_path / "fault_injection" / SCORE_DEMO.name
+    shutil.copytree(SCORE_DEMO, copy)
+    assert nvrx("inject-loop", "--reanalyze", str(copy)).returncode == 0
+    clean = nvrx("report", str(copy))
+    assert "changed after" not in clean.stdout
+    edited = copy / "n2_SEGFAULT_r1_i3" / "analysis" / "log_attribution.txt"
+    edited.write_text(edited.read_text().replace("rank 1", "rank 3"))
+    case = f"{copy.name}/n2_SEGFAULT_r1_i3"
+    report = nvrx("report", str(copy))
+    assert report.returncode == 0, report.stderr
+    assert (
+        f"changed after the campaign judged it: {case}: analysis/log_attribution.txt"
+        in report.stdout
+    )
+    assert "the verdict shown is the one judged before" in report.stdout
+    doc = json.loads(nvrx("report", str(copy), "--json").stdout)
+    changed = {c["case"]: c["changed_after_judged"] for c in doc["cases"]}
+    assert changed[case] == ["analysis/log_attribution.txt"]
+    assert sum(bool(v) for v in changed.values()) == 1
+    score = nvrx("score", str(copy), "--judge", "rules")
+    assert f"{case}: analysis/log_attribution.txt" in score.stdout
+    assert "this score reads them as they are now" in score.stdout
+    page = nvrx("report", str(copy), "--html")
+    assert "Changed after it was judged: analysis/log_attribution.txt" in (
+        copy / "report.html"
+    ).read_text(), page.stderr

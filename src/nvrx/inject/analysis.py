@@ -49,6 +49,7 @@ from nvrx.score.load import (
     STRIPPED_LOG,
     Shape,
     experiment_case,
+    judged_digests,
     main_log,
     record_truth,
 )
@@ -362,9 +363,10 @@ class ExperimentAnalysis:
     fr_ranks: tuple[int, ...] = ()
     errors: tuple[str, ...] = ()
     verdict: Verdict | None = None
+    judged: dict[str, str | None] | None = None  # digests of the files the verdict is from
 
     def event(self) -> dict[str, Any]:
-        return {
+        event = {
             "index": self.index,
             "validity": self.validity,
             "reason": self.reason,
@@ -372,6 +374,9 @@ class ExperimentAnalysis:
             "fr_ranks": list(self.fr_ranks),
             "errors": list(self.errors),
         }
+        if self.judged is not None:
+            event["judged"] = self.judged
+        return event
 
 
 def analyse(record: Record, analyzers: Analyzers, judge: Judge) -> ExperimentAnalysis:
@@ -413,6 +418,7 @@ def analyse(record: Record, analyzers: Analyzers, judge: Judge) -> ExperimentAna
         except Exception as exc:
             (out / FR_ANALYSIS).unlink(missing_ok=True)
             errors.append(f"FR analysis ({analyzers.fr_name}): {exc}")
+    judged = judged_digests(record.dir)
     case = experiment_case(
         record.case_id,
         record.dir,
@@ -425,7 +431,7 @@ def analyse(record: Record, analyzers: Analyzers, judge: Judge) -> ExperimentAna
     [verdict] = judge([case])
     write_atomic(out / VERDICT, verdict.model_dump_json(indent=2, exclude_none=True) + "\n")
     return ExperimentAnalysis(
-        record.index, validity.kind, validity.reason, decision, ranks, tuple(errors), verdict
+        record.index, validity.kind, validity.reason, decision, ranks, tuple(errors), verdict, judged
     )
 
 

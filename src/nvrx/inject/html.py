@@ -253,6 +253,11 @@ def _experiment(row: Row, ev: Evidence, dimensions: Sequence[str]) -> str:
         + "".join(f"<th>{_e(SHORT[d])}</th>" for d in DIMENSIONS)
         + f"</tr><tr>{dims}</tr></table>",
     ]
+    if row.case.changed:
+        parts.append(
+            f"<p class='changed'>⚠ Changed after it was judged: {_e(', '.join(row.case.changed))}"
+            " (the verdict shown is the one judged before).</p>"
+        )
     why = _cut(v.notes or v.reason or "", NOTES_CHARS, keep="head")
     if why:
         parts.append(f"<p><b>Judge ({_e(v.judge)}):</b> {_e(why)}</p>")
@@ -278,7 +283,7 @@ border-radius:3px;padding:0 4px;color:#fff;font-size:12px}
 .pass{background:#1a7f37}.fail{background:#b42318}.invalid{background:#6e7781}
 .unscored{background:#9a6700}table.dims td,table.dims th{padding:2px 8px;font-size:12px}
 td.ok{background:#dafbe1}td.bad{background:#ffebe9}td.na{color:#777}
-ul.trend{columns:2}.files a{font-size:12px}
+ul.trend{columns:2}.changed{color:#9a6700}.files a{font-size:12px}
 """
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from nvrx.campaign.pool import CampaignError
 from nvrx.campaign.session import Record, Session, SessionState
 from nvrx.config import STOP_DIMENSIONS
 from nvrx.score import report as score_report
+from nvrx.score.load import changed_since_judged
 from nvrx.score.model import DIMENSIONS, PASS_VALUE, Case, GroundTruth, Verdict
 
 REPORT_MD = "experiments_report.md"
@@ -285,7 +286,11 @@ def previous_session(session_dir: Path) -> Path | None:
 
 
 def session_rows(session_dir: Path, *, force: bool = False) -> list[Row]:
-    return rows(Session.open(session_dir).state(force=force))
+    """The journal's rows, each case saying which judged files changed since (read now)."""
+    return [
+        replace(r, case=replace(r.case, changed=changed_since_judged(r.record)))
+        for r in rows(Session.open(session_dir).state(force=force))
+    ]
 
 
 def rows_and_stop(

@@ -78,10 +78,10 @@ def report_command(args: list[str], as_json: bool, force: bool, *, html: bool = 
     from rich.table import Table
 
     from nvrx.score.model import DIMENSIONS
-    from nvrx.score.output import SHORT_NAMES, render
+    from nvrx.score.output import CHANGED_REPORT, SHORT_NAMES, render
 
     cases, verdicts = [r.case for r in rows], [r.verdict for r in rows]
-    render(stdout(), cases, verdicts, summarise(verdicts), "session")
+    render(stdout(), cases, verdicts, summarise(verdicts), "session", CHANGED_REPORT)
     table = Table(title="fault type × nodes × rank position", header_style="bold", box=None)
     for column in ("fault", "nodes", "rank", "n", "scored", *SHORT_NAMES.values()):
         table.add_column(column)

@@ -12,6 +12,7 @@ directory's name or text the analysers saw.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import re
 from dataclasses import dataclass, replace
@@ -34,6 +35,36 @@ RUN_VALID = "run_valid.txt"
 LOG_ATTRIBUTION = "log_attribution.txt"
 FR_ANALYSIS = "fr_analysis.txt"
 STRIPPED_LOG = "stripped.log"  # the blinded log every analyser reads (inject.analysis writes it)
+
+
+JUDGED_FILES = (RUN_VALID, LOG_ATTRIBUTION, FR_ANALYSIS)  # what a verdict is a function of
+
+
+def judged_digests(experiment_dir: Path) -> dict[str, str | None]:
+    """The sha256 of each analysis file a verdict is judged from (None: absent), journalled with
+    the verdict so that `report` and `score` can say when a file changed after it was judged."""
+    out: dict[str, str | None] = {}
+    for name in JUDGED_FILES:
+        path = experiment_dir / ANALYSIS_DIR / name
+        if not path.is_file():
+            out[name] = None
+            continue
+        data, _ = files.read_bounded(path, "analysis file")
+        out[name] = hashlib.sha256(data).hexdigest()
+    return out
+
+
+def changed_since_judged(record: Record) -> tuple[str, ...]:
+    """`analysis/NAME` for each judged file that differs now from when the campaign journalled
+    its verdict (added, removed or edited); () when the journal predates the digests."""
+    journalled = (record.analysis or {}).get("judged")
+    if not isinstance(journalled, dict):
+        return ()
+    try:
+        now = judged_digests(record.dir)
+    except files.InputError as exc:  # unreadable now: that is a change, and says why
+        return (f"{ANALYSIS_DIR}/ ({exc})",)
+    return tuple(f"{ANALYSIS_DIR}/{n}" for n in JUDGED_FILES if journalled.get(n) != now[n])
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,16 +198,15 @@ def session_cases(session_dir: Path, shape: Shape, only: Path | None = None) -> 
             problem = None
             if record.status != "ended":
                 problem = f"the job has not ended (journal status: {record.status})"
-            cases.append(
-                experiment_case(
-                    record.case_id,
-                    record.dir,
-                    record_truth(record, shape),
-                    job_id=record.job_id,
-                    job_state=record.state,
-                    problem=problem,
-                )
+            case = experiment_case(
+                record.case_id,
+                record.dir,
+                record_truth(record, shape),
+                job_id=record.job_id,
+                job_state=record.state,
+                problem=problem,
             )
+            cases.append(replace(case, changed=changed_since_judged(record)))
         return cases
     return _tsv_cases(session_dir, shape, only)
 

@@ -207,6 +207,9 @@ class Case:
     job_state: str | None = None
     experiment_dir: str | None = None
     problem: str | None = None
+    # Judged files that changed after the campaign journalled its verdict: this score reads
+    # them as they are now, the session's report shows the journalled verdict.
+    changed: tuple[str, ...] = ()
 
 
 class Usage(BaseModel):

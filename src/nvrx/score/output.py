@@ -29,12 +29,22 @@ def _value(verdict: Verdict, dimension: str) -> Text:
     return Text(value, style="green" if value == PASS_VALUE[dimension] else "yellow")
 
 
+# What a changed analysis file means, by who reads it: `score` judges the files as they are now,
+# `report` shows the verdict the campaign journalled from the files as they were.
+CHANGED_SCORE = "this score reads them as they are now; the session's report keeps its verdict"
+CHANGED_REPORT = (
+    "the verdict shown is the one judged before; `nvrx inject-loop --resume SESSION "
+    "--reanalyze` judges the files again"
+)
+
+
 def render(
     out: Console,
     cases: Sequence[Case],
     verdicts: Sequence[Verdict],
     summary: Summary,
     judge: str,
+    changed_means: str = CHANGED_SCORE,
 ) -> None:
     table = Table(header_style="bold", box=None, pad_edge=False)
     for column in ("#", "case", "fault", "rank", *(SHORT_NAMES[d] for d in DIMENSIONS), "notes"):
@@ -69,6 +79,16 @@ def render(
                 f"{u.completion_tokens} completion tokens, {summary.cache_hits} cache hit(s)"
             )
         )
+    changed = [c for c in cases if c.changed]
+    for case in changed:
+        out.print(
+            Text(
+                f"changed after the campaign judged it: {case.id}: {', '.join(case.changed)}",
+                style="yellow",
+            )
+        )
+    if changed:
+        out.print(Text(f"{len(changed)} case(s) changed: {changed_means}", style="yellow"))
     for dimension, wanted, got in summary.failed_thresholds:
         out.print(
             Text(f"below threshold: {dimension} {percent(got)} < {wanted:.0%}", style="bold red")

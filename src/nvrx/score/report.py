@@ -124,6 +124,8 @@ def markdown(cases: Sequence[Case], verdicts: Sequence[Verdict]) -> str:
     for i, (case, v) in enumerate(zip(cases, verdicts, strict=True), start=1):
         t = case.truth
         notes = v.notes or "" if v.status != "unscored" else f"unscored: {v.reason}"
+        if case.changed:
+            notes = f"(changed after judged: {', '.join(case.changed)}) {notes}"
         row = [
             str(i), t.fault.value, str(t.nodes), str(t.rank), str(t.iteration),
             case.job_id or "", case.job_state or "", "true" if t.run_valid else "false",
@@ -202,6 +204,7 @@ def as_json(
                 "job_state": case.job_state,
                 "truth": case.truth.to_json(),
                 "verdict": v.model_dump(mode="json", exclude_none=True),
+                "changed_after_judged": list(case.changed),
             }
             for case, v in zip(cases, verdicts, strict=True)
         ],
