@@ -33,8 +33,8 @@ def _value(verdict: Verdict, dimension: str) -> Text:
 # `report` shows the verdict the campaign journalled from the files as they were.
 CHANGED_SCORE = "this score reads them as they are now; the session's report keeps its verdict"
 CHANGED_REPORT = (
-    "the verdict shown is the one judged before; `nvrx inject-loop --resume SESSION "
-    "--reanalyze` judges the files again"
+    "the verdict shown is the one judged before; `nvrx inject-loop --reanalyze SESSION` "
+    "judges the files again"
 )
 
 
