@@ -5,6 +5,7 @@ an error under `--json` is a document on stdout as well as one line on stderr.""
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 import shutil
 from pathlib import Path
 from typing import Any
@@ -115,3 +116,53 @@ def test_an_error_under_json_is_a_document_and_one_line(
     doc = json.loads(out)
     assert doc == {"schema": 1, "ok": False, "error": line.removeprefix("nvrx: error: "),
                    "exit_code": 2}  # fmt: skip
+
+
+# Every command that draws a page: its arguments and where `--html` alone puts the page.
+PAGES = [
+    (["watch", "--platform", "none", "--work-dir", "{w}", "--state-dir", "{state}"],
+     "{state}/*/timeline.html"),
+    (["report", "{session}"], "{session}/report.html"),
+    (["report", "--html", "{session}"], "{session}/report.html"),  # a directory is not FILE
+    (["score", "{session}", "--judge", "rules"], "{session}/score.html"),
+]  # fmt: skip
+
+
+def plain(args: list[str], where: dict[str, str]) -> tuple[int, str, str]:
+    home = Path(where["state"]).parent
+    argv = [a.format(**where) for a in args]
+    proc = nvrx_in_process(*argv, env=clean_environ({"HOME": str(home)}), cwd=home)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize(("args", "default"), PAGES, ids=[" ".join(a[:2]) for a, _ in PAGES])
+def test_html_and_junit_mean_the_same_on_every_command_that_draws_a_page(
+    where: dict[str, str], tmp_path: Path, args: list[str], default: str
+) -> None:
+    code, _, _ = plain(args, where)
+    # --html alone: the command's default place, named on stderr; the answer is unchanged.
+    rc, _, err = plain([*args, "--html"] if "--html" not in args else args, where)
+    assert rc == code, err
+    (page,) = Path("/").glob(default.format(**where).lstrip("/"))
+    assert page.read_text().startswith("<!DOCTYPE html>")
+    assert f"nvrx: note: wrote {page}" in err
+    # --html FILE and --junit FILE: those files; the JUnit file fails where the exit code does.
+    html, junit = tmp_path / "out" / "page.html", tmp_path / "out" / "result.xml"
+    html.parent.mkdir()
+    plain_args = [a for a in args if a != "--html"]
+    rc, _, err = plain([*plain_args, "--html", str(html), "--junit", str(junit)], where)
+    assert rc == code, err
+    assert html.read_text().startswith("<!DOCTYPE html>")
+    suite = ET.parse(junit).getroot()
+    assert suite.tag == "testsuite" and int(suite.get("tests", "0")) > 0
+    assert (int(suite.get("failures", "0")) > 0) == (code == 1)
+    # Never over an input: one line, exit 2, the input untouched.
+    victim = next(Path(where["w"]).rglob("cycle_info.*")) if args[0] == "watch" else (
+        Path(where["session"]) / "journal.jsonl"
+    )
+    before = victim.read_bytes()
+    for flag in ("--html", "--junit"):
+        rc, _, err = plain([*plain_args, flag, str(victim)], where)
+        assert rc == 2 and "refusing to write over an input" in err, err
+        assert err.count("\n") == 1
+    assert victim.read_bytes() == before

@@ -10,7 +10,9 @@ a thumbs-down emoji), and every value from outside goes through `printable`.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nvrx.display import printable
@@ -49,7 +51,7 @@ def stderr() -> Console:
     return Console(stderr=True, highlight=False, markup=False, emoji=False, soft_wrap=True)
 
 
-def note(message: str, prefix: str = "note: ") -> None:
+def note(message: str, prefix: str = "nvrx: note: ") -> None:
     """One line on stderr: what the user should know, not an error."""
     sys.stderr.write(f"{prefix}{printable(message)}\n")
 
@@ -60,3 +62,16 @@ def warn(message: str) -> None:
 
 def error_line(message: str) -> None:
     note(message, "nvrx: error: ")
+
+
+def write_output(path: Path, text: str, what: str, inputs: Sequence[Path] = ()) -> None:
+    """A file the user asked for (`--html`, `--junit`, `--markdown`): never over one of the
+    command's inputs (bad input, exit 2), replaced atomically, and a write that fails is exit 1
+    naming it (docs/output-contract.md, "Files")."""
+    from nvrx.files import refuse_overwriting, write_atomic
+
+    refuse_overwriting(path, list(inputs), what)
+    try:
+        write_atomic(path, text)
+    except OSError as exc:
+        raise CommandError(f"cannot write {what} {path}: {exc.strerror}", 1) from None

@@ -9,6 +9,7 @@ and no settings model, and `nvrx watch` builds the options of `watch` alone.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Any, NamedTuple, NoReturn
 
@@ -149,6 +150,25 @@ def _is_input_error(exc: Exception) -> bool:
     return False
 
 
+# Options whose value may be left out (`--html [FILE]`): click has none, so `--html` with no FILE
+# after it becomes `--html=` before parsing. The next word is FILE unless there is none, it is an
+# option, or it names an existing directory (a SESSION or PATH argument: never a page).
+OPTIONAL_VALUE = ("--html",)
+
+
+def optional_values(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    for i, word in enumerate(argv):
+        if word == "--":  # what follows goes to sbatch
+            return out + argv[i:]
+        if word in OPTIONAL_VALUE:
+            following = argv[i + 1] if i + 1 < len(argv) else None
+            if following is None or following.startswith("-") or os.path.isdir(following):
+                word += "="
+        out.append(word)
+    return out
+
+
 def main() -> None:
     """The entry point. Not standalone: a usage error (a bad flag or value) is one `nvrx: error:`
     line and exit 2, like every other bad input, instead of a framed usage box. A command's
@@ -165,7 +185,7 @@ def main() -> None:
         sys.exit(code)
 
     try:
-        code = app(standalone_mode=False)
+        code = app(args=optional_values(sys.argv[1:]), standalone_mode=False)
     except TyperException as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # a bare group: its help, and success
             sys.stdout.write(exc.format_message().rstrip("\n") + "\n")

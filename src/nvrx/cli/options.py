@@ -4,7 +4,7 @@ the completions of pool and workload names."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -35,6 +35,20 @@ ForceOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+JunitOpt = Annotated[
+    Path | None,
+    typer.Option("--junit", metavar="FILE", dir_okay=False, help="Write JUnit XML to FILE."),
+]
+
+
+def html_option(default_place: str) -> Any:
+    """`--html [FILE]`, the same on every command that draws a page: FILE, or with no FILE the
+    command's `default_place` (the command receives ""; `nvrx.cli.main` fills that in)."""
+    return typer.Option(
+        "--html",
+        metavar="[FILE]",
+        help=f"Write the self-contained HTML page to FILE (no FILE: {default_place}).",
+    )
 
 
 def complete_pool(incomplete: str) -> list[str]:

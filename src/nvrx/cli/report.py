@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from nvrx.cli.options import ForceOpt, JsonOpt
+from nvrx.cli.options import ForceOpt, JsonOpt, JunitOpt, html_option
 
 app = typer.Typer(rich_markup_mode=None, add_completion=False)  # completion: the root only
 
@@ -21,15 +21,11 @@ def report_cmd(
         typer.Argument(metavar="SESSION | diff OLD NEW", help="A session, or two to compare."),
     ],
     as_json: JsonOpt = False,
-    html: Annotated[
-        bool,
-        typer.Option(
-            "--html", help="Rebuild the session's self-contained report.html; print its path."
-        ),
-    ] = False,
+    html: Annotated[str | None, html_option("the session's report.html")] = None,
+    junit: JunitOpt = None,
     force: ForceOpt = False,
 ) -> None:
     """Print a campaign's report (rebuilt from its journal), or what changed between two."""
     from nvrx.inject.report_command import report_command
 
-    raise typer.Exit(report_command(args, as_json, force, html=html))
+    raise typer.Exit(report_command(args, as_json, force, html=html, junit=junit))

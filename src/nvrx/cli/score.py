@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from nvrx.cli.options import ConfigOpt, EnvFileOpt, SetOpt
+from nvrx.cli.options import ConfigOpt, EnvFileOpt, JunitOpt, SetOpt, html_option
 
 app = typer.Typer(rich_markup_mode=None, add_completion=False)  # completion: the root only
 
@@ -65,12 +65,18 @@ def score_cmd(
         typer.Option("--min", metavar="DIM=RATE", help="Fail (exit 1) below this pass rate."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    junit_path: Annotated[
-        Path | None, typer.Option("--junit", help="Write JUnit XML here.", dir_okay=False)
+    junit_path: JunitOpt = None,
+    html: Annotated[
+        str | None, html_option("score.html in the one session scored, else here")
     ] = None,
     markdown_path: Annotated[
         Path | None,
-        typer.Option("--markdown", help="Write the markdown report table here.", dir_okay=False),
+        typer.Option(
+            "--markdown",
+            metavar="FILE",
+            help="Write the markdown report table to FILE.",
+            dir_okay=False,
+        ),
     ] = None,
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Ask the judge even if the answer is cached.")
@@ -111,6 +117,7 @@ def score_cmd(
             as_json=as_json,
             junit_path=junit_path,
             markdown_path=markdown_path,
+            html=html,
             no_cache=no_cache,
             no_progress=no_progress,
             concurrency=concurrency,

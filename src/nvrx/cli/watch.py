@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from nvrx.cli.options import ConfigOpt, EnvFileOpt, SetOpt
+from nvrx.cli.options import ConfigOpt, EnvFileOpt, JunitOpt, SetOpt, html_option
 
 app = typer.Typer(rich_markup_mode=None, add_completion=False)  # completion: the root only
 
@@ -60,13 +60,9 @@ def watch_cmd(
         ),
     ] = False,
     html: Annotated[
-        Path | None,
-        typer.Option(
-            "--html",
-            help="Write the chain's timeline page here after every pass.",
-            dir_okay=False,
-        ),
+        str | None, html_option("timeline.html in the chain's state dir; after every pass")
     ] = None,
+    junit: JunitOpt = None,
     interval: Annotated[int | None, typer.Option(help="Loop: a pass every N seconds.")] = None,
     webhook_url: Annotated[str | None, typer.Option(help="POST findings as JSON here.")] = None,
     pd_routing_key: Annotated[
@@ -113,6 +109,7 @@ def watch_cmd(
         as_json=as_json,
         list_detectors=list_detectors,
         html=html,
+        junit=junit,
         goodput=goodput,
     )
     flags = {

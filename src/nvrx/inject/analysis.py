@@ -431,7 +431,14 @@ def analyse(record: Record, analyzers: Analyzers, judge: Judge) -> ExperimentAna
     [verdict] = judge([case])
     write_atomic(out / VERDICT, verdict.model_dump_json(indent=2, exclude_none=True) + "\n")
     return ExperimentAnalysis(
-        record.index, validity.kind, validity.reason, decision, ranks, tuple(errors), verdict, judged
+        record.index,
+        validity.kind,
+        validity.reason,
+        decision,
+        ranks,
+        tuple(errors),
+        verdict,
+        judged,
     )
 
 

@@ -298,11 +298,11 @@ def rows_and_stop(
 ) -> tuple[list[Row], tuple[bool, str]]:
     """The session's rows and its stop condition against the previous session (an unreadable
     previous session is said, not fatal). `force` skips the session's damaged journal lines."""
-    current, _, stop = _with_previous(session_dir, force, dimensions)
+    current, _, stop = with_previous(session_dir, force, dimensions)
     return current, stop
 
 
-def _with_previous(
+def with_previous(
     session_dir: Path, force: bool, dimensions: Sequence[str]
 ) -> tuple[list[Row], list[Row] | None, tuple[bool, str]]:
     """The session's rows, the previous session's (None when there is none or it cannot be
@@ -341,7 +341,7 @@ def write_html(
     from nvrx.files import write_atomic
 
     session_dir = session_dir.resolve()
-    current, previous, stop = _with_previous(session_dir, force, dimensions)
+    current, previous, stop = with_previous(session_dir, force, dimensions)
     path = session_dir / REPORT_HTML
     write_atomic(path, html_page(session_dir, current, previous, stop, dimensions))
     return path
@@ -356,7 +356,7 @@ def write_reports(
     from nvrx.files import write_atomic
 
     session_dir = session_dir.resolve()
-    current, previous, stop = _with_previous(session_dir, force, dimensions)
+    current, previous, stop = with_previous(session_dir, force, dimensions)
     verdicts = [r.verdict for r in current]
     paths = [
         session_dir / REPORT_MD,

@@ -2,22 +2,31 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from nvrx.config import load_for_command
 from nvrx.contract import write_document
-from nvrx.terminal import CommandError, stdout
+from nvrx.terminal import CommandError, note, stdout, write_output
 
 
-def report_command(args: list[str], as_json: bool, force: bool, *, html: bool = False) -> int:
-    """`SESSION` or `diff OLD NEW`. Returns 1 when a cell regressed (diff), else 0. With `html`,
-    the session's `report.html` is rebuilt from its journal and its path printed."""
+def report_command(
+    args: list[str],
+    as_json: bool,
+    force: bool,
+    *,
+    html: str | None = None,
+    junit: Path | None = None,
+) -> int:
+    """`SESSION` or `diff OLD NEW`. Returns 1 when a cell regressed (diff), else 0. `html` is
+    the page's path ("": the session's `report.html`), `junit` the JUnit file's; both are
+    rebuilt from the journal before the report prints."""
     from rich.text import Text
 
     from nvrx.campaign.pool import CampaignError
     from nvrx.inject import report
     from nvrx.inject.command import open_session
+    from nvrx.score.load import input_paths
+    from nvrx.score.report import junit as score_junit
     from nvrx.score.report import percent, summarise
 
     def open_rows(path: str) -> list[report.Row]:
@@ -28,8 +37,8 @@ def report_command(args: list[str], as_json: bool, force: bool, *, html: bool = 
             raise CommandError(str(exc)) from None
 
     if args[0] == "diff":
-        if html:
-            raise CommandError("--html is a session's page: report SESSION --html")
+        if html is not None or junit is not None:
+            raise CommandError("--html and --junit are a session's: report SESSION --html")
         if len(args) != 3:
             raise CommandError("report diff takes two sessions: OLD NEW")
         changes, only_old, only_new = report.diff(open_rows(args[1]), open_rows(args[2]))
@@ -63,15 +72,19 @@ def report_command(args: list[str], as_json: bool, force: bool, *, html: bool = 
     try:
         open_session(session_dir, force)  # a clear error for what is not a session
         dimensions = load_for_command(None, None, None).config.inject.stop_dimensions
-        if html:
-            path = report.write_html(session_dir, force=force, dimensions=dimensions)
-            sys.stdout.write(f"{path}\n")
-            return 0
-        rows, stop = report.rows_and_stop(session_dir, force=force, dimensions=dimensions)
+        rows, previous, stop = report.with_previous(session_dir, force, dimensions)
     except CampaignError as exc:
         raise CommandError(str(exc)) from None
-    except OSError as exc:
-        raise CommandError(f"cannot write the page in {session_dir}: {exc.strerror}", 1) from None
+    cases, verdicts = [r.case for r in rows], [r.verdict for r in rows]
+    inputs = input_paths([session_dir], cases, [])
+    if html is not None:
+        page = Path(html) if html else session_dir / report.REPORT_HTML
+        text = report.html_page(session_dir, rows, previous, stop, dimensions)
+        write_output(page, text, "--html", inputs)
+        note(f"wrote {page.resolve()}")
+    if junit is not None:
+        write_output(junit, score_junit(cases, verdicts, "session"), "--junit", inputs)
+        note(f"wrote {junit.resolve()}")
     if as_json:
         write_document(report.report_json(session_dir, rows, stop), 0)
         return 0
@@ -80,7 +93,6 @@ def report_command(args: list[str], as_json: bool, force: bool, *, html: bool = 
     from nvrx.score.model import DIMENSIONS
     from nvrx.score.output import CHANGED_REPORT, SHORT_NAMES, render
 
-    cases, verdicts = [r.case for r in rows], [r.verdict for r in rows]
     render(stdout(), cases, verdicts, summarise(verdicts), "session", CHANGED_REPORT)
     table = Table(title="fault type × nodes × rank position", header_style="bold", box=None)
     for column in ("fault", "nodes", "rank", "n", "scored", *SHORT_NAMES.values()):

@@ -4,12 +4,13 @@ their reports and the thresholds' exit code."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from nvrx.config import load_for_command
 from nvrx.contract import write_document
-from nvrx.terminal import CommandError, note, stderr, stdout, warn
+from nvrx.terminal import CommandError, note, stderr, stdout, warn, write_output
 
 
 def _score_with_progress(judges: list[Any], cases: list[Any], *, live: bool) -> list[Any]:
@@ -53,6 +54,7 @@ def score_command(
     as_json: bool,
     junit_path: Path | None,
     markdown_path: Path | None,
+    html: str | None,
     no_cache: bool,
     no_progress: bool,
     concurrency: int | None,
@@ -64,7 +66,14 @@ def score_command(
     from nvrx.campaign.pool import CampaignError
     from nvrx.files import refuse_overwriting
     from nvrx.score import report
-    from nvrx.score.load import Shape, cases_from_path, flags_case, input_paths, parse_bool
+    from nvrx.score.load import (
+        Shape,
+        cases_from_path,
+        flags_case,
+        input_paths,
+        is_session,
+        parse_bool,
+    )
     from nvrx.score.model import ScoreError
     from nvrx.score.output import render
     from nvrx.score.run import JudgeSpec, build_judges, default_judges, judge_label
@@ -133,16 +142,26 @@ def score_command(
         Path(v[1:]) for v in (log_output, fr_output) if v.startswith("@")
     ]
     inputs = input_paths(list(targets or []), cases, given_files)
-    for output, flag in ((junit_path, "--junit"), (markdown_path, "--markdown")):
+    outputs: list[tuple[Path | None, str, Callable[[], str]]] = [
+        (junit_path, "--junit", lambda: report.junit(cases, verdicts, label)),
+        (markdown_path, "--markdown", lambda: report.markdown(cases, verdicts)),
+    ]
+    if html is not None:
+        from nvrx.score.html import page
+
+        # No FILE: in the one session scored, else here (an experiment dir is an input).
+        place = targets[0] if targets and len(targets) == 1 and is_session(targets[0]) else Path()
+        outputs.append(
+            (Path(html) if html else place / "score.html", "--html",
+             lambda: page(cases, verdicts, summary, label))
+        )  # fmt: skip
+    for output, flag, _ in outputs:  # every refusal before anything is written
         if output is not None:
             refuse_overwriting(output, inputs, flag)
-    try:
-        if junit_path is not None:
-            junit_path.write_text(report.junit(cases, verdicts, label), encoding="utf-8")
-        if markdown_path is not None:
-            markdown_path.write_text(report.markdown(cases, verdicts), encoding="utf-8")
-    except OSError as exc:
-        raise CommandError(f"cannot write {exc.filename}: {exc.strerror}") from None
+    for output, flag, render_file in outputs:
+        if output is not None:
+            write_output(output, render_file(), flag, inputs)
+            note(f"wrote {output.resolve()}")
     if as_json:
         doc = report.as_json(cases, verdicts, summary, label)
         write_document(doc, doc.pop("exit_code"))

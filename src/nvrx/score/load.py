@@ -178,6 +178,11 @@ def record_truth(record: Record, shape: Shape) -> GroundTruth:
     )
 
 
+def is_session(path: Path) -> bool:
+    """A session directory: nvrx's journal or upstream's tracking file in it."""
+    return _session_dir(path) is not None
+
+
 def _session_dir(path: Path) -> Path | None:
     if (path / JOURNAL_NAME).is_file() or (path / TSV_NAME).is_file():
         return path

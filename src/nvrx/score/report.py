@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import os
 import re
-import xml.etree.ElementTree as ET
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from nvrx.junit import TestCase, junit_xml
 from nvrx.score.model import DIMENSIONS, PASS_VALUE, Case, ScoreError, Usage, Verdict
 
 EXIT_OK, EXIT_BELOW, EXIT_USAGE, EXIT_UNSCORED = 0, 1, 2, 3
@@ -138,36 +138,23 @@ def markdown(cases: Sequence[Case], verdicts: Sequence[Verdict]) -> str:
 def junit(cases: Sequence[Case], verdicts: Sequence[Verdict], judge: str) -> str:
     """One testcase per case × dimension: failure below pass, error when unscored, skipped when
     the run was invalid."""
-    suite = ET.Element("testsuite", name="nvrx-score")
-    props = ET.SubElement(suite, "properties")  # first, as the schema wants
-    ET.SubElement(props, "property", name="judge", value=judge)
-    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    tests = []
     for case, v in zip(cases, verdicts, strict=True):
         for d in DIMENSIONS:
-            counts["tests"] += 1
-            tc = ET.SubElement(suite, "testcase", classname=case.id, name=d)
-            tc.set("time", f"{v.latency_s:.3f}")
+            test = TestCase(case.id, d, time=v.latency_s)
             if v.status == "unscored":
-                counts["errors"] += 1
-                ET.SubElement(tc, "error", message=f"unscored: {v.reason}", type="unscored")
-            elif v.status == "invalid":
-                counts["skipped"] += 1
-                ET.SubElement(tc, "skipped", message="run invalid: fault not reached")
-            elif not v.passed(d):
-                counts["failures"] += 1
-                failure = ET.SubElement(
-                    tc,
-                    "failure",
-                    message=f"{d}={getattr(v, d)}, pass is {PASS_VALUE[d]}",
-                    type="below",
+                test = replace(
+                    test, outcome="error", message=f"unscored: {v.reason}", kind="unscored"
                 )
-                failure.text = v.notes or ""
-    for key, value in counts.items():
-        suite.set(key, str(value))
-    ET.indent(suite)
-    return (
-        '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
-    )
+            elif v.status == "invalid":
+                test = replace(test, outcome="skipped", message="run invalid: fault not reached")
+            elif not v.passed(d):
+                message = f"{d}={getattr(v, d)}, pass is {PASS_VALUE[d]}"
+                test = replace(
+                    test, outcome="failure", message=message, text=v.notes or "", kind="below"
+                )
+            tests.append(test)
+    return junit_xml("nvrx-score", {"judge": judge}, tests)
 
 
 def as_json(

@@ -18,13 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 from nvrx.config import load_for_command
 from nvrx.display import printable
-from nvrx.terminal import CommandError
+from nvrx.terminal import CommandError, note
 
 if TYPE_CHECKING:
     from nvrx.config import WatchSettings
     from nvrx.slurm import Slurm
     from nvrx.watch.output import Line
-    from nvrx.watch.run import PassResult
+    from nvrx.watch.run import PassResult, Watcher
+
+TIMELINE_PAGE = "timeline.html"  # `--html` with no FILE: in the chain's state directory
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,8 @@ class WatchRequest:
     dry_run: bool = False
     as_json: bool = False
     list_detectors: bool = False
-    html: Path | None = None  # the timeline page, rewritten after every pass
+    html: str | None = None  # the timeline page, rewritten after every pass ("": state dir)
+    junit: Path | None = None  # the pass as JUnit, rewritten after every pass
     goodput: bool = False  # one read-only pass; print where the wall time went
 
     @property
@@ -64,6 +67,7 @@ class WatchRequest:
                     ("--cycle-info-glob", self.cycle_info_glob),
                     ("--checkpoint-iteration-file", self.checkpoint_iteration_file),
                     ("--html", self.html),
+                    ("--junit", self.junit),
                 )
                 if value is not None
             ]
@@ -105,26 +109,34 @@ def _blind(message: str, as_json: bool) -> int:
     return UNJUDGED
 
 
-def _write_timeline(path: Path, result: PassResult) -> None:
-    """The pass's timeline page at `path`, replaced atomically; never over one of the pass's
-    inputs (a cycle file, the checkpoint file)."""
-    from nvrx.files import refuse_overwriting, write_atomic
+def _write_files(
+    request: WatchRequest, watcher: Watcher, result: PassResult, detectors: list[str]
+) -> list[Path]:
+    """The pages the user asked for, replaced atomically after every pass: `--html` (no FILE: the
+    chain's state dir) and `--junit`; never over one of the pass's inputs (a cycle file, the
+    checkpoint file). Returns the paths written."""
+    from nvrx.terminal import write_output
+    from nvrx.watch.output import pass_junit
     from nvrx.watch.timeline import timeline_page
 
     snap = result.snapshot
-    # Only a path that is (or links to) a cycle file can be one: the check then costs nothing
-    # for the usual page, instead of a realpath per cycle file on every pass.
-    real = os.path.realpath(path)
-    linked = os.path.exists(real) and os.stat(real).st_nlink > 1
-    suspect = os.path.basename(real).startswith("cycle_info.") or linked
-    inputs = [Path(c.path) for c in snap.cycles] if suspect else []
-    if snap.checkpoint.path:
-        inputs.append(Path(snap.checkpoint.path))
-    refuse_overwriting(path, inputs, "--html")
-    try:
-        write_atomic(path, timeline_page(result))
-    except OSError as exc:
-        raise CommandError(f"cannot write the timeline {path}: {exc.strerror}", 1) from None
+    wanted: list[tuple[Path, str, Callable[[], str]]] = []
+    if request.html is not None:
+        page = Path(request.html) if request.html else watcher.dir / TIMELINE_PAGE
+        wanted.append((page, "--html", partial(timeline_page, result)))
+    if request.junit is not None:
+        wanted.append((request.junit, "--junit", partial(pass_junit, result, detectors)))
+    for path, what, render in wanted:
+        # Only a path that is (or links to) a cycle file can be one: the check then costs
+        # nothing for the usual page, instead of a realpath per cycle file on every pass.
+        real = os.path.realpath(path)
+        linked = os.path.exists(real) and os.stat(real).st_nlink > 1
+        suspect = os.path.basename(real).startswith("cycle_info.") or linked
+        inputs = [Path(c.path) for c in snap.cycles] if suspect else []
+        if snap.checkpoint.path:
+            inputs.append(Path(snap.checkpoint.path))
+        write_output(path, render(), what, inputs)
+    return [path for path, _, _ in wanted]
 
 
 class PassOutput:
@@ -217,11 +229,10 @@ def fleet_watch(
         # Nothing to watch is an answer, not bad input: a cron job of --mine must not fail
         # because the user has no chain running today.
         from nvrx.contract import OK, write_document
-        from nvrx.terminal import note
 
         where = " ".join(request.targets) if request.targets else "Slurm (--mine)"
         message = f"no chain found in {where}"
-        note(message, "nvrx: note: ")
+        note(message)
         if request.as_json:
             doc = {"fleet": True, "state": "ok", "chains": [], "notes": [message]}
             write_document(doc, OK, indent=None)
@@ -305,6 +316,8 @@ def watch(
         no_restart_exit_code=loaded.config.chain.no_restart_exit_code,
     )
     watcher: Watcher | None = None
+    detectors = [name for name in DETECTORS if name not in settings.disable]
+    told: list[bool] = []
     # A loop on a terminal redraws its screen in place; cron, pipes and --json get every pass.
     out = PassOutput(settings, request.as_json)
 
@@ -334,8 +347,11 @@ def watch(
             return _blind(f"pass failed: {exc}", request.as_json), False
         if request.goodput:
             return _print_goodput(result, request.as_json), True
-        if request.html is not None:
-            _write_timeline(request.html, result)
+        written = _write_files(request, watcher, result, detectors)
+        if written and not told:  # a loop rewrites them every pass: said once
+            told.append(True)
+            for path in written:
+                note(f"wrote {path.resolve()}")
         out.show(pass_json(result), partial(pass_lines, result))
         return result.exit_code, False
 

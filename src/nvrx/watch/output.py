@@ -3,14 +3,16 @@ the goodput breakdown (a fleet's reports are `watch.fleetview`'s, built from the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TextIO
 
 from nvrx.contract import SCHEMA
 from nvrx.display import printable
+from nvrx.junit import TestCase, junit_xml
 from nvrx.slurm.hostlist import compress
 from nvrx.watch.goodput import CATEGORIES, SOURCES, Goodput
-from nvrx.watch.model import Severity
+from nvrx.watch.model import Finding, Severity
 from nvrx.watch.run import PassResult
 
 JSON_SCHEMA = SCHEMA  # the one output contract's (nvrx.contract)
@@ -131,6 +133,36 @@ def pass_json(result: PassResult) -> dict[str, Any]:
         "sink_errors": result.sink_errors,
         "notes": result.notes,
     }
+
+
+def pass_junit(result: PassResult, detectors: Sequence[str]) -> str:
+    """The pass as JUnit (`--junit FILE`): one testcase per detector that ran. A critical finding
+    fails its detector's case (exit 1), a blind pass errors `watch_blind`'s (exit 3); warnings
+    and notes pass, their lines in the case's output."""
+    chain = result.snapshot.chain
+    classname = chain.name or chain.work_dir or "cycle-files"
+    by_detector: dict[str, list[Finding]] = {}
+    for f in result.findings:
+        by_detector.setdefault(f.detector, []).append(f)
+    tests = []
+    # A finding's detector always has its case, and a blind pass its error (even with
+    # watch_blind disabled: that hides the finding, never the exit code).
+    names = dict.fromkeys([*detectors, *by_detector, *(["watch_blind"] * result.degraded)])
+    for name in names:
+        found = by_detector.get(name, [])
+        lines = "\n".join(f"{f.severity.value.upper()} {f.summary}" for f in found)
+        critical = [f for f in found if f.severity is Severity.CRITICAL]
+        if name == "watch_blind" and result.degraded:
+            why = found[0].summary if found else "the pass could not see"
+            tests.append(TestCase(classname, name, "error", why, lines, "blind"))
+        elif critical:
+            tests.append(
+                TestCase(classname, name, "failure", critical[0].summary, lines, "critical")
+            )
+        else:
+            tests.append(TestCase(classname, name, text=lines))
+    properties = {"state": result.state, "observed_at": result.snapshot.observed_at.isoformat()}
+    return junit_xml("nvrx-watch", properties, tests)
 
 
 def pass_lines(result: PassResult) -> list[Line]:
