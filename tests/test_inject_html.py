@@ -45,7 +45,7 @@ def test_the_demo_sessions_page_is_self_contained_and_shows_every_experiment(
     assert "Content-Security-Policy" in page and "default-src 'none'" in page
     for entry in ("SEGFAULT:1:3:2", "GPU_SLEEP:2:3:2", "WORKLOAD_EXC:3:3:2", "SIGTERM:0:3:2"):
         assert f"<code>{entry}</code>" in page
-    assert page.count("<svg") == 2  # the two heatmaps
+    assert page.count('<svg role="img"') == 2  # the two heatmaps
     assert "Flight recorder: missing ranks" in page and "Blinded log excerpt" in page
 
 
@@ -88,7 +88,7 @@ def test_the_trend_shows_what_changed_since_the_previous_session(tmp_path: Path)
     page = write_html(new.dir).read_text()
     assert "1 improved, 0 regressed" in page
     assert "SEGFAULT:1:5:2 rank (primary): false → true" in page
-    assert page.count("<svg") == 3  # the diff as a picture too
+    assert page.count('<svg role="img"') == 3  # the diff as a picture too
     assert "▲ false → true" in page
 
 

@@ -387,6 +387,7 @@ def test_an_analysis_file_edited_after_judging_is_named_by_report_and_score(
     assert f"{case}: analysis/log_attribution.txt" in score.stdout
     assert "this score reads them as they are now" in score.stdout
     page = nvrx("report", str(copy), "--html")
-    assert "Changed after it was judged: analysis/log_attribution.txt" in (
-        copy / "report.html"
-    ).read_text(), page.stderr
+    assert (
+        "Changed after it was judged: analysis/log_attribution.txt"
+        in (copy / "report.html").read_text()
+    ), page.stderr

@@ -5,8 +5,8 @@ an error under `--json` is a document on stdout as well as one line on stderr.""
 from __future__ import annotations
 
 import json
-import xml.etree.ElementTree as ET
 import shutil
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -157,8 +157,10 @@ def test_html_and_junit_mean_the_same_on_every_command_that_draws_a_page(
     assert suite.tag == "testsuite" and int(suite.get("tests", "0")) > 0
     assert (int(suite.get("failures", "0")) > 0) == (code == 1)
     # Never over an input: one line, exit 2, the input untouched.
-    victim = next(Path(where["w"]).rglob("cycle_info.*")) if args[0] == "watch" else (
-        Path(where["session"]) / "journal.jsonl"
+    victim = (
+        next(Path(where["w"]).rglob("cycle_info.*"))
+        if args[0] == "watch"
+        else (Path(where["session"]) / "journal.jsonl")
     )
     before = victim.read_bytes()
     for flag in ("--html", "--junit"):

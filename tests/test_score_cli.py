@@ -466,3 +466,27 @@ def test_a_session_with_a_damaged_journal_is_a_one_line_error(tmp_path: Path) ->
     assert len(lines) == 1 and "journal.jsonl line 2: event 'planned' is damaged" in lines[0], (
         proc.stderr
     )
+
+
+@pytest.mark.parametrize("columns", [120, 160])
+def test_case_names_never_fold_mid_word_on_a_terminal(columns: int) -> None:
+    import io
+
+    from rich.console import Console
+
+    from nvrx.score.load import Shape, cases_from_path
+    from nvrx.score.output import render
+    from nvrx.score.report import summarise
+    from nvrx.score.rules import judge_rules
+
+    from .conftest import SCORE_DEMO
+
+    cases = cases_from_path(SCORE_DEMO, Shape(4, 32))
+    verdicts = [judge_rules(c) for c in cases]
+    buffer = io.StringIO()
+    render(Console(file=buffer, width=columns), cases, verdicts, summarise(verdicts), "rules")
+    screen = buffer.getvalue()
+    assert screen.splitlines()[0] == f"session {SCORE_DEMO.name}"  # said once, above
+    for case in cases:
+        name = case.id.rpartition("/")[2]
+        assert any(line.split()[1:2] == [name] for line in screen.splitlines()[2:]), screen

@@ -37,10 +37,15 @@ def test_the_page_draws_generations_cycles_restarts_and_findings(tmp_path: Path)
     page = tmp_path / "timeline.html"
     code, doc, _ = watch(work, tmp_path / "state", "--html", str(page))
     text = page.read_text()
-    assert "4 cycles in 2 generation(s), 2 restart(s), on 2 node(s)" in text
-    assert text.count("<rect") == 4  # one bar per cycle: its two nodes are neighbours
-    assert len(re.findall(r"<title>restart: cycle 901\.0\.[12]</title>", text)) == 2
-    assert 'fill-opacity="0.45"' in text  # the open cycle is drawn pale
+    assert "4 cycles in 2 generation(s), 2 restart(s), on 3 node(s) (1 of them standby" in text
+    assert text.count("class='bar standby'") == 4  # n3 stood by in every cycle
+    for key in ("generation 901", "generation 902", "cycle still open", "standby spare",
+                "restart (dashed)"):  # fmt: skip
+        assert key in text  # a legend for every kind of mark drawn
+    assert "<b>Goodput: " in text
+    assert text.count("class='bar cycle") == 4  # one bar per cycle: its two nodes are neighbours
+    assert len(re.findall(r"title='restart: cycle 901\.0\.[12]'", text)) == 2
+    assert text.count("class='bar cycle open'") == 1  # the open cycle is hatched
     for finding in doc["findings"]:
         assert finding["detector"] in text
     assert not FETCHES.search(text) and "default-src 'none'" in text
@@ -59,7 +64,7 @@ def test_a_long_chain_is_drawn_to_a_bound_and_says_so(tmp_path: Path) -> None:
     page = tmp_path / "timeline.html"
     watch(work, tmp_path / "state", "--html", str(page))
     text = page.read_text()
-    assert text.count("<rect") == MAX_CYCLES
+    assert text.count("class='bar cycle") == MAX_CYCLES
     assert "Not drawn: the 50 earliest cycles" in text
 
 

@@ -24,6 +24,8 @@ from nvrx.files import InputError, read_tail
 from nvrx.htmlpage import document, escape
 from nvrx.inject.report import Change, Row, passes_all, rank_position
 from nvrx.score.evidence import judge_excerpt
+from nvrx.score.html import CSS as VERDICT_CSS
+from nvrx.score.html import LEGEND, SHORT, verdict_cell
 from nvrx.score.load import ANALYSIS_DIR, FR_ANALYSIS, LOG_ATTRIBUTION, STRIPPED_LOG
 from nvrx.score.model import DIMENSIONS
 
@@ -31,13 +33,6 @@ EXCERPT_CHARS = 1200
 TABLE_CHARS = 900
 NOTES_CHARS = 600
 _READ_CAP = 1 << 20  # read of one evidence file, from its end: the excerpt is its tail
-SHORT = {
-    "restart_correct": "restart",
-    "rank_primary": "rank (primary)",
-    "rank_any": "rank (any)",
-    "fault_described": "fault described",
-    "fr_rank_correct": "FR rank",
-}
 
 
 @dataclass(frozen=True)
@@ -77,8 +72,9 @@ def evidence(row: Row, session_dir: Path) -> Evidence:
             files.append(os.path.relpath(path, session_dir))
     return Evidence(
         excerpt=_cut(judge_excerpt(_read(analysis / STRIPPED_LOG)), EXCERPT_CHARS),
-        attribution=_cut(_read(analysis / LOG_ATTRIBUTION), TABLE_CHARS),
-        fr_table=_cut(_read(analysis / FR_ANALYSIS), TABLE_CHARS),
+        # The analysers' answers lead with their decision: keep their heads.
+        attribution=_cut(_read(analysis / LOG_ATTRIBUTION), TABLE_CHARS, keep="head"),
+        fr_table=_cut(_read(analysis / FR_ANALYSIS), TABLE_CHARS, keep="head"),
         files=tuple(files),
     )
 
@@ -101,31 +97,66 @@ def _percent(rate: float | None) -> str:
     return "–" if rate is None else f"{round(100 * rate)}%"
 
 
+_CHAR_PX = 8.5  # one character of the 12 px heatmap text, capitals included: cells fit theirs
+# One hatch for the whole page (an SVG pattern serves every picture of the document): the cells
+# below half, so that a cell's state never rests on red and green alone.
+HATCH = (
+    "<svg width='0' height='0' style='position:absolute' aria-hidden='true'><defs>"
+    "<pattern id='hatch' width='6' height='6' patternUnits='userSpaceOnUse' "
+    "patternTransform='rotate(45)'><rect width='2.5' height='6' fill='#000' fill-opacity='.28'/>"
+    "</pattern></defs></svg>"
+)
+HEATMAP_LEGEND = (
+    "<p class='legend'>Cells: the share of scored experiments that pass; ✓ all pass, ✗ and "
+    "hatched below half; <span class='na'>–</span> ran but none scored; blank: no experiment "
+    "of that kind.</p>"
+)
+
+
 def _heatmap(
     title: str,
     rows: Sequence[str],
     columns: Sequence[str],
     cells: dict[tuple[str, str], tuple[float | None, str]],
     labels: dict[tuple[str, str], str] | None = None,
+    legend: str = HEATMAP_LEGEND,
 ) -> str:
-    """An SVG grid: one row per `rows`, one column per `columns`, each cell coloured by its rate
-    and labelled (its percentage, or `labels`); `cells` maps (row, column) → (rate, tooltip)."""
-    cw, ch, left, top = 96, 26, 150, 64
+    """An SVG grid: one row per `rows`, one column per `columns`, each cell coloured by its rate,
+    hatched below half, and labelled (its percentage, or `labels`); `cells` maps (row, column) →
+    (rate, tooltip). Columns and the row labels are as wide as their longest text."""
+
+    def text_of(key: tuple[str, str]) -> str:
+        if key not in cells:
+            return ""
+        rate = cells[key][0]
+        if labels and key in labels:
+            return labels[key]
+        mark = "✓ " if rate == 1 else "✗ " if rate is not None and rate < 0.5 else ""
+        return mark + _percent(rate)
+
+    # A header `a · b` is two lines, so that neighbouring headers never overlap.
+    heads = [c.partition(" · ")[::2] for c in columns]
+    lines = max((2 if second else 1) for _, second in heads) if heads else 1
+    longest = max(
+        [len(t) for pair in heads for t in pair]
+        + [len(text_of((r, c))) for r in rows for c in columns]
+    )
+    cw = max(72, round(longest * _CHAR_PX) + 16)
+    left = max(60, round(max(len(r) for r in rows) * _CHAR_PX) + 14)
+    ch, top = 26, 14 * lines + 12
     width, height = left + cw * len(columns) + 8, top + ch * len(rows) + 8
     out = [
         f"<figure><figcaption>{_e(title)}</figcaption>"
-        f'<svg role="img" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}">'
+        f'<svg role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        'style="max-width:100%;height:auto">'
     ]
-    for j, column in enumerate(columns):
+    for j, (first, second) in enumerate(heads):
         x = left + j * cw + cw // 2
-        # A header `a · b` is two lines, so that neighbouring headers never overlap.
-        first, _, second = column.partition(" · ")
-        lines = [first, second] if second else [first]
+        parts = [first, second] if second else [first]
         spans = "".join(
-            f'<tspan x="{x}" dy="{14 if k else 0}">{_e(t)}</tspan>' for k, t in enumerate(lines)
+            f'<tspan x="{x}" dy="{14 if k else 0}">{_e(t)}</tspan>' for k, t in enumerate(parts)
         )
-        y = top - 10 - 14 * (len(lines) - 1)
+        y = top - 8 - 14 * (len(parts) - 1)
         out.append(f'<text x="{x}" y="{y}" text-anchor="middle" class="h">{spans}</text>')
     for i, name in enumerate(rows):
         y = top + i * ch
@@ -133,18 +164,24 @@ def _heatmap(
             f'<text x="{left - 8}" y="{y + 17}" text-anchor="end" class="h">{_e(name)}</text>'
         )
         for j, column in enumerate(columns):
-            rate, tip = cells.get((name, column), (None, "no experiment"))
+            key = (name, column)
+            rate, tip = cells.get(key, (None, "no experiment"))
             x = left + j * cw
-            absent = (name, column) not in cells
+            absent = key not in cells
             fill = "#ffffff" if absent else _colour(rate)
-            out.append(
-                f'<g><title>{_e(tip)}</title><rect x="{x + 1}" y="{y + 1}" width="{cw - 2}" '
-                f'height="{ch - 2}" fill="{fill}" stroke="#bbb"/>'
-                f'<text x="{x + cw // 2}" y="{y + 17}" text-anchor="middle">'
-                f"{'' if absent else _e((labels or {}).get((name, column), _percent(rate)))}"
-                "</text></g>"
+            hatch = (
+                f'<rect x="{x + 1}" y="{y + 1}" width="{cw - 2}" height="{ch - 2}" '
+                'fill="url(#hatch)"/>'
+                if rate is not None and rate < 0.5
+                else ""
             )
-    out.append("</svg></figure>")
+            out.append(
+                f'<g class="cell"><title>{_e(tip)}</title><rect x="{x + 1}" y="{y + 1}" '
+                f'width="{cw - 2}" height="{ch - 2}" fill="{fill}" stroke="#bbb"/>{hatch}'
+                f'<text x="{x + cw // 2}" y="{y + 17}" text-anchor="middle">'
+                f"{_e(text_of(key))}</text></g>"
+            )
+    out.append(f"</svg>{legend}</figure>")
     return "".join(out)
 
 
@@ -224,11 +261,13 @@ def _trend(
             for key, (rate, tip) in cells.items()
         }
         picture = _heatmap(
-            "Changed since the previous session (green improved, red regressed)",
+            "Changed since the previous session",
             entries,
             [SHORT[d] for d in DIMENSIONS],
             cells,
             labels,
+            "<p class='legend'>▲ improved (green), ▼ regressed (red, hatched), blank: unchanged."
+            "</p>",
         )
     return (
         f"<p>{up} improved, {len(changes) - up} regressed since the previous session.</p>"
@@ -240,11 +279,7 @@ def _experiment(row: Row, ev: Evidence, dimensions: Sequence[str]) -> str:
     r, v = row.record, row.verdict
     e = r.experiment
     badge = {"scored": "pass" if passes_all(v, dimensions) else "fail"}.get(v.status, v.status)
-    dims = "".join(
-        f"<td class='{('ok' if v.passed(d) else 'bad') if v.status == 'scored' else 'na'}'>"
-        f"{_e(getattr(v, d) or '–')}</td>"
-        for d in DIMENSIONS
-    )
+    dims = "".join(verdict_cell(v, d) for d in DIMENSIONS)
     parts = [
         f"<details id='{_e(row.case.id)}'><summary><span class='badge {badge}'>{_e(badge)}</span> "
         f"<code>{_e(e.entry)}</code> job {_e(r.job_id or '–')} {_e(r.state or r.status)}"
@@ -282,8 +317,7 @@ summary{cursor:pointer}.badge{display:inline-block;min-width:56px;text-align:cen
 border-radius:3px;padding:0 4px;color:#fff;font-size:12px}
 .pass{background:#1a7f37}.fail{background:#b42318}.invalid{background:#6e7781}
 .unscored{background:#9a6700}table.dims td,table.dims th{padding:2px 8px;font-size:12px}
-td.ok{background:#dafbe1}td.bad{background:#ffebe9}td.na{color:#777}
-ul.trend{columns:2}.changed{color:#9a6700}.files a{font-size:12px}
+ul.trend{columns:2}.files a{font-size:12px}p.legend{font-size:12px;color:#555;margin:4px 0}
 """
 
 
@@ -304,6 +338,7 @@ def page(
     rates = " · ".join(f"{SHORT[d]} {_percent(rate(d))}" for d in DIMENSIONS)
     changes, only_old, only_new = trend if trend is not None else (None, (), ())
     body = [
+        HATCH,
         f"<h1>Fault-injection campaign {_e(session_dir.name)}</h1>",
         f"<p>{len(rows)} experiment(s), {len(scored)} scored. Pass rates: {_e(rates)}.</p>",
         f"<p><b>Stop condition: {'met' if stop[0] else 'not met'}</b> ({_e(stop[1])})</p>",
@@ -313,6 +348,7 @@ def page(
         "<h2>Against the previous session</h2>",
         _trend(changes, only_old, only_new),
         "<h2>Experiments</h2>",
+        LEGEND,
         *(_experiment(r, ev, dimensions) for r, ev in zip(rows, evidences, strict=True)),
     ]
-    return document(f"nvrx report {session_dir.name}", "".join(body), _CSS)
+    return document(f"nvrx report {session_dir.name}", "".join(body), VERDICT_CSS + _CSS)

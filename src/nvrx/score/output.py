@@ -46,16 +46,26 @@ def render(
     judge: str,
     changed_means: str = CHANGED_SCORE,
 ) -> None:
+    # Cases of one session are named within it (the session is said once, above): a name never
+    # folds mid-word for the sake of a prefix they all share.
+    sessions = {c.id.rpartition("/")[0] for c in cases}
+    session = sessions.pop() if len(sessions) == 1 else ""
+    names = [c.id.removeprefix(f"{session}/") if session else c.id for c in cases]
+    if session:
+        out.print(Text(f"session {session}", style="bold"))
     table = Table(header_style="bold", box=None, pad_edge=False)
+    widest = {"case": max(map(len, names), default=4),
+              "fault": max((len(c.truth.fault.value) for c in cases), default=5)}  # fmt: skip
     for column in ("#", "case", "fault", "rank", *(SHORT_NAMES[d] for d in DIMENSIONS), "notes"):
-        table.add_column(column, overflow="fold")
-    for i, (case, v) in enumerate(zip(cases, verdicts, strict=True), start=1):
+        width = len(column) if column in SHORT_NAMES.values() else widest.get(column, 0)
+        table.add_column(column, overflow="fold", min_width=min(width, 40))
+    for i, (case, name, v) in enumerate(zip(cases, names, verdicts, strict=True), start=1):
         notes = "(see below)" if v.status == "unscored" else (v.notes or "")
         if v.cache_hit:
             notes = f"(cached) {notes}"
         table.add_row(
             str(i),
-            case.id,
+            name,
             case.truth.fault.value,
             str(case.truth.rank),
             *(_value(v, d) for d in DIMENSIONS),

@@ -68,6 +68,14 @@ _FROM_ACCOUNTING = ("queue_wait", "startup")
 NOT_READ = "not read (no accounting this pass)"
 
 
+def span_text(seconds: float) -> str:
+    """`3.2h`, `12.5m`, `40s`: a stretch of wall time in a breakdown."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.0f}s"
+
+
 @dataclass(frozen=True)
 class Goodput:
     start: datetime | None

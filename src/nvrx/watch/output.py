@@ -11,7 +11,7 @@ from nvrx.contract import SCHEMA
 from nvrx.display import printable
 from nvrx.junit import TestCase, junit_xml
 from nvrx.slurm.hostlist import compress
-from nvrx.watch.goodput import CATEGORIES, SOURCES, Goodput
+from nvrx.watch.goodput import CATEGORIES, SOURCES, Goodput, span_text
 from nvrx.watch.model import Finding, Severity
 from nvrx.watch.run import PassResult
 
@@ -305,15 +305,10 @@ def goodput_line(good: Goodput) -> str:
     """`goodput: 81.8% of 5.5m (productive 4.5m, lost 30s, ...)`, every category named."""
     short = {"progress_lost": "lost", "restart_overhead": "restarts", "queue_wait": "queue",
              "checkpoint_save": "saving"}  # fmt: skip
-    parts = ", ".join(f"{short.get(k, k)} {_span(good.seconds.get(k, 0.0))}" for k in CATEGORIES)
-    return f"goodput: {percent(good.fraction)} of {_span(good.wall)} ({parts})"
-
-
-def _span(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f}{unit}"
-    return f"{seconds:.0f}s"
+    parts = ", ".join(
+        f"{short.get(k, k)} {span_text(good.seconds.get(k, 0.0))}" for k in CATEGORIES
+    )
+    return f"goodput: {percent(good.fraction)} of {span_text(good.wall)} ({parts})"
 
 
 def goodput_lines(label: str, good: Goodput | None) -> list[Line]:
@@ -323,14 +318,14 @@ def goodput_lines(label: str, good: Goodput | None) -> list[Line]:
     span = f"{good.start:%Y-%m-%d %H:%M:%S} to {good.end:%Y-%m-%d %H:%M:%S} UTC"
     lines: list[Line] = [
         [(printable(f"goodput of {label}: "), "bold"), (percent(good.fraction), "bold"),
-         (printable(f" of {_span(good.wall)} ({span})"), "")],
+         (printable(f" of {span_text(good.wall)} ({span})"), "")],
         [(f"  {'category':<17} {'time':>8} {'share':>7}  source", "bold")],
     ]  # fmt: skip
     for k in CATEGORIES:
         value = good.seconds.get(k, 0.0)
         share = percent(value / good.wall)
         source = good.sources.get(k, SOURCES[k])
-        lines.append([(printable(f"  {k:<17} {_span(value):>8} {share:>7}  {source}"), "")])
+        lines.append([(printable(f"  {k:<17} {span_text(value):>8} {share:>7}  {source}"), "")])
     lines += [[(printable(f"  note: {n}"), "dim")] for n in good.notes]
     return lines
 

@@ -22,6 +22,7 @@ from nvrx.watch.detectors.common import (
     _iso,
     _queue,
     _queue_gate,
+    _when,
 )
 from nvrx.watch.model import CycleInfo, Finding, Severity, Snapshot, to_us
 
@@ -73,7 +74,7 @@ def restart_storm(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
         return []
     first, last = counted[0], counted[-1]
     reset_note = (
-        f"; counter reset at {_iso(reset_at)} after healthy cycle {reset_by.key}"
+        f"; counter reset at {_when(reset_at)} after healthy cycle {reset_by.key}"
         if reset_by is not None
         else ""
     )
@@ -87,8 +88,8 @@ def restart_storm(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
                 f"{_human(cfg.storm_window)}"
             ),
             detail=(
-                f"cycles {first.key} … {last.key} started between {_iso(first.start)} and "
-                f"{_iso(last.start)}; threshold {cfg.storm_cycles} cycles in "
+                f"cycles {first.key} … {last.key} started between {_when(first.start)} and "
+                f"{_when(last.start)}; threshold {cfg.storm_cycles} cycles in "
                 f"{_human(cfg.storm_window)}{reset_note}"
             ),
             runbook=(
@@ -227,7 +228,7 @@ def stalled_progress(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
                 f"past iteration {ckpt.value}" + (f"; {note}" if note else "")
             ),
             detail=(
-                f"checkpoint iteration {ckpt.value} unchanged since {_iso(since)}; "
+                f"checkpoint iteration {ckpt.value} unchanged since {_when(since)}; "
                 f"{len(stuck)} completed cycles started since then (threshold "
                 f"{cfg.stall_cycles}), median cycle {_human(median)}"
                 + (f"; {note}" if note else "")
@@ -287,8 +288,8 @@ def cycle_stalled(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
                 f"last {_human(quiet)}: training may be hung"
             ),
             detail=(
-                f"cycle started {_iso(latest.start)}, checkpoint mtime "
-                f"{_iso(mtime) or 'unknown'}; {_human(quiet)} since the last {basis} "
+                f"cycle started {_when(latest.start)}, checkpoint mtime "
+                f"{_when(mtime) or 'unknown'}; {_human(quiet)} since the last {basis} "
                 f"(stall_seconds {_human(cfg.stall_seconds)})"
             ),
             runbook=(

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from nvrx.config import WatchSettings
-from nvrx.watch.detectors.common import _age, _cancel_chain_hint, _chain_label, _human, _iso, _queue
+from nvrx.watch.detectors.common import (
+    _age,
+    _cancel_chain_hint,
+    _chain_label,
+    _human,
+    _iso,
+    _queue,
+    _when,
+)
 from nvrx.watch.model import CancelPending, Finding, Severity, Snapshot, ended_cleanly
 
 
@@ -182,7 +190,7 @@ def chain_not_cancelled(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
                 detail=(
                     f"task 0 of {ending.job_id} ended {ending.state.value} (exit "
                     f"{ending.exit or 'unknown'}, no-restart code {code}) at "
-                    f"{_iso(ending.end) or 'unknown time'}; the chain's cancel did not happen. "
+                    f"{_when(ending.end) or 'unknown time'}; the chain's cancel did not happen. "
                     f"Cancel the rest of the chain: {hint}"
                 ),
                 runbook=(

@@ -4,7 +4,7 @@ queue gates (a detector that needs the queue stays silent when squeue failed).""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 
 from nvrx.config import WatchSettings
 from nvrx.watch.model import ChainRef, CycleInfo, Finding, Platform, Snapshot
@@ -25,7 +25,13 @@ def _age(now: datetime, then: datetime) -> float:
 
 
 def _iso(t: datetime | None) -> str | None:
+    """A time in a finding's evidence (for programs): ISO 8601."""
     return t.isoformat() if t is not None else None
+
+
+def _when(t: datetime | None) -> str | None:
+    """A time in a finding's text (for people): UTC to the second, as every screen and page."""
+    return f"{t.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if t is not None else None
 
 
 def _human(seconds: float) -> str:
