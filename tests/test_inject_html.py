@@ -136,3 +136,39 @@ def test_a_huge_log_still_shows_the_lines_where_it_ended(tmp_path: Path) -> None
     page = write_html(session).read_text()
     assert "Segmentation fault, the very last line" in page
     assert len(page.encode()) < 100_000  # the excerpt is cut, whatever the log's size
+
+
+def test_a_long_attribution_keeps_its_decision_line(tmp_path: Path) -> None:
+    # The analyser's answer leads with its decision: a cut keeps the head, never `…MMEDIATE`.
+    session = demo_copy(tmp_path)
+    attribution = next(session.glob("n2_SEGFAULT_*/analysis/log_attribution.txt"))
+    first = attribution.read_text().splitlines()[0]
+    attribution.write_text(attribution.read_text() + "detail line\n" * 500)
+    page = write_html(session).read_text()
+    assert f"<pre>{html._e(first)}\n" in page
+
+
+def test_no_cell_rests_on_colour_alone_and_every_kind_of_cell_is_explained(
+    tmp_path: Path,
+) -> None:
+    old = session_with(tmp_path, "20260101_000000", [("SEGFAULT:1:5:2", verdict())])
+    new = session_with(tmp_path, "20260102_000000", [
+        ("SEGFAULT:1:5:2", verdict(rank_any="false")), ("GPU_SLEEP:2:5:4", None),
+    ])  # fmt: skip
+    assert old.dir.is_dir()
+    page = write_html(new.dir).read_text()
+    # Heatmap cells: a mark beside the colour, a hatch below half; the legend names each kind.
+    assert "✗ 0%" in page and "✓ 100%" in page and 'fill="url(#hatch)"' in page
+    assert "<pattern id='hatch'" in page
+    for words in ("✓ all pass", "hatched below half", "ran but none scored",
+                  "blank: no experiment"):  # fmt: skip
+        assert words in page
+    # Changed cells say which way; verdict cells carry ✓/✗ as well as their class.
+    assert "▼ true → false" in page and "▼ regressed (red, hatched)" in page
+    assert "<td class='bad'>✗ false</td>" in page and "<td class='ok'>✓ true</td>" in page
+
+
+def test_a_heatmap_starts_right_under_its_caption() -> None:
+    picture = html._heatmap("t", ["A"], ["one", "two"], {("A", "one"): (1.0, "tip")})
+    first_cell_y = float(re.search(r'<rect x="[\d.]+" y="([\d.]+)"', picture).group(1))  # type: ignore[union-attr]
+    assert first_cell_y <= 30  # one line of column heads above it, no blank band

@@ -43,6 +43,9 @@ def test_the_page_draws_generations_cycles_restarts_and_findings(tmp_path: Path)
                 "restart (dashed)"):  # fmt: skip
         assert key in text  # a legend for every kind of mark drawn
     assert "<b>Goodput: " in text
+    # Rows a label fits in, restarts wider than a hairline (and dashed: not colour alone).
+    assert "height:18px;line-height:18px" in text
+    assert re.search(r"\.tl \.restart\{[^}]*width:3px", text)
     assert text.count("class='bar cycle") == 4  # one bar per cycle: its two nodes are neighbours
     assert len(re.findall(r"title='restart: cycle 901\.0\.[12]'", text)) == 2
     assert text.count("class='bar cycle open'") == 1  # the open cycle is hatched
