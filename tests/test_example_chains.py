@@ -54,3 +54,24 @@ def test_the_generator_never_writes_over_a_chain(tmp_path: Path) -> None:
     assert again.returncode == 2 and "exists; choose an empty DIR" in again.stderr
     after = (tmp_path / "healthy" / "checkpoints" / "latest_checkpointed_iteration.txt").stat()
     assert after.st_mtime_ns == before.st_mtime_ns
+
+
+def test_a_cycle_files_only_screen_claims_no_user_and_no_unread_figure(tmp_path: Path) -> None:
+    # --platform none asks Slurm nothing: no user's jobs were looked at, and no queue wait or
+    # startup was read, so neither is shown as if it had been (never "queue 0s").
+    assert make(tmp_path / "ex").returncode == 0
+    proc = nvrx_in_process(
+        "watch", "--platform", "none", "--state-dir", str(tmp_path / "state"),
+        "--work-dir", str(tmp_path / "ex" / "storm"),
+        env=clean_environ({"HOME": str(tmp_path)}), cwd=tmp_path,
+    )  # fmt: skip
+    first, *rest = proc.stdout.splitlines()
+    assert first == "nvrx watch: (cycle files only)  CRITICAL"
+    (goodput,) = [line for line in rest if line.startswith("goodput: ")]
+    assert "queue not read, startup not read" in goodput
+    fleet = nvrx_in_process(
+        "watch", "--platform", "none", "--state-dir", str(tmp_path / "state"),
+        "--fleet", str(tmp_path / "ex"), env=clean_environ({"HOME": str(tmp_path)}), cwd=tmp_path,
+    )  # fmt: skip
+    assert fleet.stdout.count("\n") > 5
+    assert [line for line in fleet.stdout.splitlines() if line != line.rstrip()] == []

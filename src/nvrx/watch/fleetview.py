@@ -136,13 +136,16 @@ def fleet_lines(fleet: FleetResult, settings: WatchSettings) -> list[Line]:
             (f"nvrx watch: {len(fleet.chains)} chain(s)  ", "bold"),
             (fleet_state(fleet).upper(), STATE_STYLE[fleet_state(fleet)]),
         ],
-        [("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)), "bold")],
+        [("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip(), "bold")],
     ]
     for row in rows:
         line: Line = []
         for i, (cell, w) in enumerate(zip(row, widths, strict=True)):
-            text = printable(cell).ljust(w) + ("  " if i < len(row) - 1 else "")
+            last = i == len(row) - 1  # no trailing blanks for a pipe or a diff to trip on
+            text = printable(cell) if last else printable(cell).ljust(w) + "  "
             line.append((text, STATE_STYLE.get(cell, "") if i == 1 else ""))
+        if line and not line[-1][0]:  # an empty last cell (the fleet row's findings)
+            line[-2] = (line[-2][0].rstrip(), line[-2][1])
         lines.append(line)
     if total.fraction is not None:
         lines.append(

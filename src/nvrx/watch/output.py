@@ -11,7 +11,7 @@ from nvrx.contract import SCHEMA
 from nvrx.display import printable
 from nvrx.junit import TestCase, junit_xml
 from nvrx.slurm.hostlist import compress
-from nvrx.watch.goodput import CATEGORIES, SOURCES, Goodput, span_text
+from nvrx.watch.goodput import CATEGORIES, NOT_READ, SOURCES, Goodput, span_text
 from nvrx.watch.model import Finding, Severity
 from nvrx.watch.run import PassResult
 
@@ -177,7 +177,7 @@ def pass_lines(result: PassResult) -> list[Line]:
     title: Line = [("nvrx watch: ", ""), (printable(chain.name or "(cycle files only)"), "bold")]
     if chain.chain_id:
         title.append((printable(f" (chain {chain.chain_id})"), ""))
-    if chain.user:
+    if chain.user and snap.platform is not None:  # whose jobs were asked for (none: no one's)
         title.append((printable(f", user {chain.user}"), ""))
     title += [("  ", ""), status]
     lines.append(title)
@@ -302,11 +302,14 @@ def print_lines(lines: list[Line], out: TextIO, *, color: bool) -> None:
 
 
 def goodput_line(good: Goodput) -> str:
-    """`goodput: 81.8% of 5.5m (productive 4.5m, lost 30s, ...)`, every category named."""
+    """`goodput: 81.8% of 5.5m (productive 4.5m, lost 30s, ...)`, every category named; one
+    this pass had no source for says so, never `0s` (`--platform none`: no queue wait read)."""
     short = {"progress_lost": "lost", "restart_overhead": "restarts", "queue_wait": "queue",
              "checkpoint_save": "saving"}  # fmt: skip
     parts = ", ".join(
-        f"{short.get(k, k)} {span_text(good.seconds.get(k, 0.0))}" for k in CATEGORIES
+        f"{short.get(k, k)} "
+        + ("not read" if good.sources.get(k) == NOT_READ else span_text(good.seconds.get(k, 0.0)))
+        for k in CATEGORIES
     )
     return f"goodput: {percent(good.fraction)} of {span_text(good.wall)} ({parts})"
 
