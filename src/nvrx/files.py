@@ -42,6 +42,35 @@ class InputTooLarge(InputError):
     """An input over its cap."""
 
 
+_allowed_roots: tuple[str, ...] = ()
+
+
+def set_allowed_roots(roots: tuple[str, ...]) -> None:
+    """Directories outside a session, chain or pools folder that its symlinks may lead into
+    (`limits.allowed_roots`): set once, when the command's settings are loaded."""
+    global _allowed_roots
+    _allowed_roots = tuple(os.path.realpath(os.path.expanduser(r)) for r in roots)
+
+
+def _under(real: str, base: str) -> bool:
+    return real == base or real.startswith(base.rstrip("/") + "/")
+
+
+def within_root(path: Path | str, root: Path | str, what: str) -> Path:
+    """`path`, resolved, when it stays inside `root` (a session, a chain's work dir, a pools
+    folder) or a directory `limits.allowed_roots` names: a file nvrx reads on the directory's
+    behalf. A symlink that leads anywhere else (another user's key file, `/proc/self/environ`)
+    is an InputError naming where it leads, never its content."""
+    real = os.path.realpath(path)
+    for base in (os.path.realpath(root), *_allowed_roots):
+        if _under(real, base):
+            return Path(real)
+    raise InputError(
+        what, path, f"leads out of {root} (to {real}): refusing to read it "
+        "(limits.allowed_roots admits a directory)",
+    )  # fmt: skip
+
+
 def set_input_limit(limit: int) -> None:
     """The cap of every later `read_bounded` without an explicit `limit`: set once, when the
     command's settings are loaded (one process runs one command with one configuration)."""

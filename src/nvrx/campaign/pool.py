@@ -8,12 +8,13 @@ minimum) with an error naming the entry; duplicates are reported, and kept only 
 from __future__ import annotations
 
 import enum
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from nvrx.files import InputError, read_bounded
+from nvrx.files import InputError, read_bounded, within_root
 
 
 class CampaignError(ValueError):
@@ -74,7 +75,8 @@ class Experiment:
         return base if self.copy == 0 else f"{base}_dup{self.copy}"
 
 
-_ENTRY_RE = re.compile(r"^([A-Za-z_]+):(-?\d+):(-?\d+):(-?\d+)$")
+# ASCII digits only: `\d` would read an Arabic-Indic `١` as a rank.
+_ENTRY_RE = re.compile(r"^([A-Za-z_]+):(-?[0-9]+):(-?[0-9]+):(-?[0-9]+)$")
 # No job has a billion ranks, iterations to fault at, or nodes: more digits is a typo (and past
 # 4,300 digits, more than Python turns into a number).
 MAX_ENTRY_DIGITS = 9
@@ -220,8 +222,12 @@ def pool_entries(source: str, pools_dir: Path | None = None) -> list[str]:
         is_file = False
     if is_file:
         try:
+            # A file of the pools folder (by name, or a registry's pool column) is read on the
+            # folder's behalf: it may not lead out of it (files.within_root).
+            if pools_dir is not None and _lexically_under(path, pools_dir):
+                path = within_root(path, pools_dir, "pool file")
             data, _ = read_bounded(path, "pool file")
-            return split_pool(data.decode("utf-8"))
+            return _file_entries(data.decode("utf-8"), path)
         except InputError as exc:
             raise PoolError(str(exc)) from None
         except UnicodeDecodeError as exc:
@@ -231,6 +237,32 @@ def pool_entries(source: str, pools_dir: Path | None = None) -> list[str]:
         names = ", ".join([*NAMED_POOLS, *(pool_files(pools_dir))])
         raise PoolError(f"pool {source!r} is not a pool name ({names}), a file or entries")
     return words
+
+
+def _lexically_under(path: Path, root: Path) -> bool:
+    return Path(os.path.abspath(path)).is_relative_to(os.path.abspath(root))
+
+
+def _file_entries(text: str, path: Path) -> list[str]:
+    """A pool file's entries, each checked where it stands: a bad one is named by line and
+    position, never quoted (a file's content is not echoed: it may be anything)."""
+    entries: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        for k, entry in enumerate(split_pool(line), start=1):
+            try:
+                parse_entry(entry)
+            except PoolError:
+                m = _ENTRY_RE.match(entry.strip())
+                if m is None:
+                    why = "is not FAULT_TYPE:RANK:ITER:NODES"
+                elif m.group(1).upper() not in FaultType.__members__:
+                    known = ", ".join(f.value for f in FaultType)
+                    why = f"names no known fault type (known: {known})"
+                else:
+                    why = "has a number out of range"
+                raise PoolError(f"pool file {path} line {number}: entry {k} {why}") from None
+            entries.append(entry)
+    return entries
 
 
 def pool_files(pools_dir: Path | None) -> list[str]:

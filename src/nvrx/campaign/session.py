@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,31 +54,90 @@ _FORCE_HINT = " (report --force and inject-loop --reanalyze --force skip such li
 _TORN_SEARCH = 1 << 20
 
 
+_CHUNK = 1 << 20
+# Opened for appending, never through a symlink (whoever can write a session dir must not
+# make nvrx append to another user's file) and never blocking on a FIFO put in its place.
+_APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+
+
+def _open_append(path: Path, what: str, *, create: bool = True, read: bool = False) -> int:
+    """A regular file of the session opened to append to: SessionError for a symlink, a FIFO, a
+    directory or a file that cannot be opened (one line, nothing written)."""
+    flags = (_APPEND_FLAGS & ~os.O_WRONLY) | os.O_RDWR if read else _APPEND_FLAGS
+    try:
+        fd = os.open(path, flags | (os.O_CREAT if create else 0), 0o666)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            raise SessionError(
+                f"{path}: the {what} is not a regular file (a symlink, directory or FIFO): "
+                "refusing to write to it; move it away"
+            ) from None
+        raise SessionError(f"cannot write the {what} {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise SessionError(
+            f"{path}: the {what} is not a regular file: refusing to write to it; move it away"
+        )
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _last_line_start(fd: int, size: int) -> int:
+    """Where the bytes after the last newline begin (0 when there is none): searched backwards a
+    chunk at a time, so a torn tail of any size is found whole."""
+    end = size
+    while end > 0:
+        start = max(0, end - _CHUNK)
+        at = os.pread(fd, end - start, start).rfind(b"\n")
+        if at >= 0:
+            return start + at + 1
+        end = start
+    return 0
+
+
+def _move_torn_tail(fd: int, path: Path, cut: int, size: int) -> None:
+    """Copy the journal's bytes from `cut` to its end, whole, onto `<file>.torn` (durably), then
+    cut them off the journal. A `.torn` that cannot take them stops the append with nothing
+    changed."""
+    keep = _open_append(path.with_name(path.name + ".torn"), "torn-tail file")
+    try:
+        at = cut
+        while at < size:
+            chunk = os.pread(fd, min(_CHUNK, size - at), at)
+            if not chunk:
+                break
+            os.write(keep, chunk)
+            at += len(chunk)
+        os.write(keep, b"\n")
+        os.fsync(keep)
+    except OSError as exc:
+        raise SessionError(f"cannot keep the torn tail of {path}: {exc.strerror}") from None
+    finally:
+        os.close(keep)
+    os.ftruncate(fd, cut)
+
+
 def _append(path: Path, text: str) -> None:
     """Append and make it durable before going on: the next step may be a SIGKILL.
 
     A line is recorded once its newline is on disk. Bytes after the last newline are a write a
-    crash cut short: they are moved to `<file>.torn` (kept, never silently dropped) before
-    this append, so they cannot glue themselves to the new line and spoil it too.
+    crash cut short: they are moved, whole, to `<file>.torn` (kept, never silently dropped)
+    before this append, so they cannot glue themselves to the new line and spoil it too.
     """
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    fd = _open_append(path, "journal" if path.name == JOURNAL_NAME else "tracking file", read=True)
     try:
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
-            start = max(0, size - _TORN_SEARCH)
-            tail = os.pread(fd, size - start, start)
-            cut = start + tail.rfind(b"\n") + 1 if b"\n" in tail else start
-            torn = os.pread(fd, size - cut, cut)
-            if _complete(torn):
+            cut = _last_line_start(fd, size)
+            # One record is never a megabyte: a tail that long is torn, whatever it holds.
+            if size - cut <= _TORN_SEARCH and _complete(os.pread(fd, size - cut, cut)):
                 os.write(fd, b"\n")  # a whole record whose newline was lost: keep it
             else:
-                with open(path.with_name(path.name + ".torn"), "ab") as keep:
-                    keep.write(torn + b"\n")
-                    keep.flush()
-                    os.fsync(keep.fileno())
-                os.ftruncate(fd, cut)
+                _move_torn_tail(fd, path, cut, size)
         os.write(fd, text.encode("utf-8"))
         os.fsync(fd)
+    except OSError as exc:
+        raise SessionError(f"cannot append to {path}: {exc.strerror}") from None
     finally:
         os.close(fd)
 

@@ -18,7 +18,7 @@ from nvrx.config.names import ENV_NAMES, env_names_for
 from nvrx.config.redact import HIDDEN, redact_urls
 from nvrx.config.shellwords import parse_env_file
 from nvrx.display import did_you_mean, printable
-from nvrx.files import set_input_limit
+from nvrx.files import set_allowed_roots, set_input_limit
 from nvrx.terminal import warn
 
 Layer = Literal["default", "file", "env-file", "env", "cli"]
@@ -271,6 +271,7 @@ def load_for_command(
         config_file=config_file, env_file=env_file, cli=cli, lenient_env=not submits
     )
     set_input_limit(loaded.config.limits.max_input_bytes)
+    set_allowed_roots(tuple(loaded.config.limits.allowed_roots))
     for line in loaded.ignored:
         warn(line)
     return loaded

@@ -361,6 +361,11 @@ class LimitsSettings(_Section):
         le=1 << 40,
         description="largest file or text input read (logs, journals, dumps, pools); bytes",
     )
+    allowed_roots: StrList = Field(
+        default_factory=list,
+        description="directories that symlinks in a session, chain work dir or pools folder "
+        "may lead into (a checkpoint dir on scratch); anything else out of the dir is refused",
+    )
 
 
 class NvrxConfig(BaseModel):

@@ -38,6 +38,7 @@ from nvrx.files import (
     read_bounded,
     read_key_file,
     read_text,
+    within_root,
     write_atomic,
 )
 from nvrx.score.evidence import Attribution, blind, fr_ranks, run_validity
@@ -385,7 +386,12 @@ def analyse(record: Record, analyzers: Analyzers, judge: Judge) -> ExperimentAna
     out = record.dir / ANALYSIS_DIR
     out.mkdir(parents=True, exist_ok=True)
     log_path = main_log(record.dir, record.job_id)
-    raw = read_text(log_path, "job log") if log_path is not None else None
+    # Read on the session's behalf: a log that leads out of it is refused (files.within_root).
+    raw = (
+        read_text(within_root(log_path, record.dir.parent, "job log"), "job log")
+        if log_path is not None
+        else None
+    )
     validity = run_validity(raw)
     if raw is not None:
         write_atomic(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nvrx.config import STOP_DIMENSIONS
-from nvrx.files import InputError, read_tail
+from nvrx.files import InputError, read_tail, within_root
 from nvrx.htmlpage import document, escape
 from nvrx.inject.report import Change, Row, passes_all, rank_position
 from nvrx.score.evidence import judge_excerpt
@@ -52,14 +52,18 @@ def _cut(text: str, limit: int, *, keep: str = "tail") -> str:
     return "…" + text[-(limit - 1) :] if keep == "tail" else text[: limit - 1] + "…"
 
 
-def _read(path: Path) -> str:
-    """The file's tail (a log of any size ends where it failed); "" when there is none."""
+def _read(path: Path, session_dir: Path) -> str:
+    """The file's tail (a log of any size ends where it failed); "" when there is none. A file
+    that cannot be shown (it leads out of the session, it cannot be read) says why instead: the
+    page never copies another file in, and never hides that something is missing."""
     if not path.is_file():
         return ""
     try:
-        return read_tail(path, "analysis file", _READ_CAP)
-    except InputError:
-        return ""
+        return read_tail(
+            within_root(path, session_dir, "analysis file"), "analysis file", _READ_CAP
+        )
+    except InputError as exc:
+        return f"(not shown: {exc})"
 
 
 def evidence(row: Row, session_dir: Path) -> Evidence:
@@ -71,10 +75,10 @@ def evidence(row: Row, session_dir: Path) -> Evidence:
         if path.is_file():
             files.append(os.path.relpath(path, session_dir))
     return Evidence(
-        excerpt=_cut(judge_excerpt(_read(analysis / STRIPPED_LOG)), EXCERPT_CHARS),
+        excerpt=_cut(judge_excerpt(_read(analysis / STRIPPED_LOG, session_dir)), EXCERPT_CHARS),
         # The analysers' answers lead with their decision: keep their heads.
-        attribution=_cut(_read(analysis / LOG_ATTRIBUTION), TABLE_CHARS, keep="head"),
-        fr_table=_cut(_read(analysis / FR_ANALYSIS), TABLE_CHARS, keep="head"),
+        attribution=_cut(_read(analysis / LOG_ATTRIBUTION, session_dir), TABLE_CHARS, keep="head"),
+        fr_table=_cut(_read(analysis / FR_ANALYSIS, session_dir), TABLE_CHARS, keep="head"),
         files=tuple(files),
     )
 

@@ -69,6 +69,13 @@ def parse_workloads_conf(text: str, source: str, base: Path) -> dict[str, Worklo
         if "description" in row:
             fields["description"] = row["description"].replace("_", " ")
         if "pool" in row:
+            # A file of the `pools/` folder, by name: a path would let the registry point nvrx
+            # at any file it can read (its reads never leave the folder: files.within_root).
+            if "/" in row["pool"] or row["pool"] in (".", ".."):
+                raise WorkloadError(
+                    f"workloads file {source} line {no}: POOL_FILE must be a file name in "
+                    f"{base / 'pools'}, not a path"
+                )
             fields["pool"] = str(base / "pools" / row["pool"])
         for key in ("base_experiments_dir", "time"):
             if key in row:

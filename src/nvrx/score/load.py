@@ -82,11 +82,12 @@ def parse_bool(text: str, what: str) -> bool:
     raise ScoreError(f"{what} {text.strip()!r}: expected true or false")
 
 
-def read_text(path: Path, what: str) -> str:
+def read_text(path: Path, what: str, root: Path | None = None) -> str:
     """A text input through the one bounded reader; its problems are ScoreErrors (a case that
-    cannot be built, or bad input to `nvrx score`)."""
+    cannot be built, or bad input to `nvrx score`). With `root` (the session), a file whose
+    real path leads out of it is refused (`files.within_root`)."""
     try:
-        return files.read_text(path, what)
+        return files.read_text(files.within_root(path, root, what) if root else path, what)
     except files.InputError as exc:
         raise ScoreError(str(exc)) from None
 
@@ -127,13 +128,15 @@ def experiment_case(
     )
     if not experiment_dir.is_dir():
         return make(truth=truth, problem=f"no experiment directory {experiment_dir}")
+    # Every file is read on the session's behalf: none may lead out of it (files.within_root).
+    read = partial(read_text, root=experiment_dir.parent)
     analysis = experiment_dir / ANALYSIS_DIR
     log_path = main_log(experiment_dir, job_id)
     if raw_log is None:
-        raw_log = read_text(log_path, "job log") if log_path is not None else ""
+        raw_log = read(log_path, "job log") if log_path is not None else ""
     valid_file = analysis / RUN_VALID
     if valid_file.is_file():
-        first = (read_text(valid_file, "run validity").split() or [""])[0]
+        first = (read(valid_file, "run validity").split() or [""])[0]
         run_valid = parse_bool(first, f"run validity in {valid_file}:")
     elif log_path is None:
         pattern = f"{job_id or '<JOB>'}.*.1.main_workload.log"
@@ -147,7 +150,7 @@ def experiment_case(
     has_attribution = attribution_file.is_file()
     if problem is None and run_valid and not has_attribution:
         problem = f"no log attribution: {attribution_file} is missing (analyse the run first)"
-    attribution = blind(read_text(attribution_file, "log attribution")) if has_attribution else ""
+    attribution = blind(read(attribution_file, "log attribution")) if has_attribution else ""
     if problem is None and run_valid:
         problem = analyser_failure(attribution)
     return make(
@@ -155,7 +158,7 @@ def experiment_case(
         log_excerpt=judge_excerpt(raw_log),
         log_attribution=attribution,
         fr_output=(
-            _fr_table(read_text(fr_file, "FR analysis"), str(fr_file))
+            _fr_table(read(fr_file, "FR analysis"), str(fr_file))
             if fr_file.is_file()
             else "no_dumps"
         ),

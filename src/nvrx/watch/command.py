@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import socket
 import sys
 import time
@@ -117,6 +116,7 @@ def _write_files(
     checkpoint file). Returns the paths written."""
     from nvrx.terminal import write_output
     from nvrx.watch.output import pass_junit
+    from nvrx.watch.resolve import refuse_input
     from nvrx.watch.timeline import timeline_page
 
     snap = result.snapshot
@@ -127,14 +127,9 @@ def _write_files(
     if request.junit is not None:
         wanted.append((request.junit, "--junit", partial(pass_junit, result, detectors)))
     for path, what, render in wanted:
-        # Only a path that is (or links to) a cycle file can be one: the check then costs
-        # nothing for the usual page, instead of a realpath per cycle file on every pass.
-        real = os.path.realpath(path)
-        linked = os.path.exists(real) and os.stat(real).st_nlink > 1
-        suspect = os.path.basename(real).startswith("cycle_info.") or linked
-        inputs = [Path(c.path) for c in snap.cycles] if suspect else []
-        if snap.checkpoint.path:
-            inputs.append(Path(snap.checkpoint.path))
+        cycles = tuple(c.path for c in snap.cycles)
+        refuse_input(path, watcher.target, watcher.dir, what, cycles)
+        inputs = [Path(snap.checkpoint.path)] if snap.checkpoint.path else []
         write_output(path, render(), what, inputs)
     return [path for path, _, _ in wanted]
 

@@ -23,7 +23,7 @@ from nvrx.watch.detectors import DETECTORS
 from nvrx.watch.detectors.fleet import run_fleet_detectors
 from nvrx.watch.model import Finding, Platform, Severity
 from nvrx.watch.observe import observe_platforms
-from nvrx.watch.resolve import Overrides, Target, WatchError, resolve
+from nvrx.watch.resolve import Overrides, Target, WatchError, refuse_input, resolve
 from nvrx.watch.run import EXIT_CRITICAL, EXIT_DEGRADED, PassResult, Watcher
 from nvrx.watch.sinks import ChainMetrics, prometheus_text, write_textfile
 
@@ -184,6 +184,12 @@ class Fleet:
             for c in fleet.chains
             if (r := c.result) is not None
         ]
+        results = {c.label: c.result for c in fleet.chains}
+        for m in self.members:  # one textfile for all the chains: over none of their inputs
+            if m.watcher is not None:
+                result = results.get(m.watcher.target.chain.label)
+                cycles = tuple(x.path for x in result.snapshot.cycles) if result else ()
+                refuse_input(Path(path), m.watcher.target, m.watcher.dir, "prom_file", cycles)
         try:
             write_textfile(Path(path), prometheus_text(parts, list(DETECTORS)))
         except OSError as exc:

@@ -64,6 +64,38 @@ class Target:
         return self.checkpoint_file
 
 
+# What a watcher keeps in a chain's state directory: outputs may not replace these either.
+STATE_FILES = ("state.json", "cycles-cache.json", "watch.log")
+
+
+def refuse_input(
+    output: Path, target: Target, state_dir: Path, what: str, cycles: tuple[str, ...] = ()
+) -> None:
+    """An output of a pass (`--html`, `--junit`, the Prometheus textfile) never replaces what
+    the pass reads: a cycle file (any path the cycle globs match, whether or not it exists yet,
+    and a hard link to one of `cycles`), the checkpoint file, the chain's manifest, or the
+    watcher's own state. InputError (bad input, exit 2), naming the input."""
+    from fnmatch import fnmatchcase
+
+    from nvrx.files import refuse_overwriting
+
+    absolute, real = os.path.abspath(output), os.path.realpath(output)
+    for pattern in target.cycle_globs:
+        if fnmatchcase(absolute, pattern) or fnmatchcase(real, os.path.realpath(pattern)):
+            raise InputError(
+                what, output, f"refusing to write over an input (cycle files {pattern})"
+            )
+    inputs = [state_dir / name for name in STATE_FILES]
+    if target.chain.work_dir:
+        inputs.append(manifest_path(Path(target.chain.work_dir)))
+    if target.checkpoint_file and "{job}" not in target.checkpoint_file:
+        inputs.append(Path(target.checkpoint_file))
+    with contextlib.suppress(OSError):
+        if os.stat(output).st_nlink > 1:  # a hard link to a cycle file is that file too
+            inputs += [Path(c) for c in cycles]
+    refuse_overwriting(output, inputs, what)
+
+
 @dataclass(frozen=True)
 class Overrides:
     """The flags that override resolution."""

@@ -30,7 +30,7 @@ from nvrx.watch.detectors.anomaly import last_progress
 from nvrx.watch.goodput import Goodput, goodput
 from nvrx.watch.model import CancelPending, Finding, Platform, Severity, Snapshot
 from nvrx.watch.observe import observe
-from nvrx.watch.resolve import Target, from_manifest
+from nvrx.watch.resolve import Target, from_manifest, refuse_input
 from nvrx.watch.sinks import (
     PAGERDUTY,
     WEBHOOK,
@@ -236,6 +236,8 @@ class Watcher:
             state.last_success[self.host] = now
         result.last_success = state.last_success.get(self.host)
         if self.settings.prom_file is not None and writes and self.write_prom:
+            cycles = tuple(c.path for c in snap.cycles)
+            refuse_input(Path(self.settings.prom_file), self.target, self.dir, "prom_file", cycles)
             try:
                 write_textfile(
                     Path(self.settings.prom_file),
