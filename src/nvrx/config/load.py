@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from nvrx.config.errors import ConfigError, cut, quoted, read_config_text
+from nvrx.config.errors import ConfigError, cut, key_part, quoted, read_config_text
 from nvrx.config.model import FIELDS, NvrxConfig, is_secret
 from nvrx.config.names import ENV_NAMES, env_names_for
 from nvrx.config.redact import HIDDEN, redact_urls
@@ -237,7 +237,7 @@ def parse_assignments(items: Sequence[str], flag: str = "--set") -> dict[str, tu
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise ConfigError(f"{flag} expects SECTION.KEY=VALUE, got {quoted(item)}")
+            raise ConfigError(f"{flag} expects SECTION.KEY=VALUE, got {key_part(item)}")
         if key not in FIELDS:
             # Not the value: a mistyped secret key (`score.apikey=...`) must not print the secret.
             hint = did_you_mean(key, FIELDS)

@@ -28,14 +28,32 @@ def redact_urls(text: str) -> str:
     return _URL_TOKEN.sub(lambda m: f"{m.group(1)}{HIDDEN}", text)
 
 
+# Characters that print as nothing: a server that echoes a key split by them (or in another
+# case) still shows the key to whoever reads the output.
+_INVISIBLE = "\u00ad\u180e\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\ufeff"
+_GAP = f"[{_INVISIBLE}]*"
+
+
+def _disguised(secret: str) -> re.Pattern[str]:
+    """The secret in any case, with invisible characters anywhere between its characters."""
+    return re.compile(_GAP.join(re.escape(c) for c in secret), re.IGNORECASE)
+
+
 def redact_text(text: str, secrets: Iterable[str]) -> str:
     """`text` with every secret in it, and every URL password, replaced by HIDDEN: servers,
-    models and analysers may echo what they were given. Values under 4 characters are left:
-    masking them would blank ordinary words, and they protect nothing. Longer secrets are
-    masked first, so one that contains another is masked whole."""
-    for secret in sorted(set(secrets), key=len, reverse=True):
-        if len(secret) >= 4:
+    models and analysers may echo what they were given, and not always as given: in another
+    case, or split by invisible characters (zero-width spaces, soft hyphens), which are masked
+    too. Values under 4 characters are left: masking them would blank ordinary words, and they
+    protect nothing. Longer secrets are masked first, so one that contains another is masked
+    whole."""
+    wanted = [s for s in sorted(set(secrets), key=len, reverse=True) if len(s) >= 4]
+    if wanted:
+        invisible = any(c in text for c in _INVISIBLE)
+        lowered = text.lower()  # a cheap test first: the pattern only where it can match
+        for secret in wanted:
             text = text.replace(secret, HIDDEN)
+            if invisible or secret.lower() in lowered:
+                text = _disguised(secret).sub(HIDDEN, text)
     return redact_urls(text)
 
 

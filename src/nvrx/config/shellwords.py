@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NoReturn
 
-from nvrx.config.errors import ConfigError, quoted
+from nvrx.config.errors import ConfigError, key_part
 
 _ASSIGN_RE = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 # Limits of the shell subset (docs/reliability.md): no real site file comes near them.
@@ -190,8 +190,7 @@ def parse_env_file(text: str, environ: Mapping[str, str], source: str = "<env fi
         where = f"{source} line {lineno}"
         m = _ASSIGN_RE.match(line)
         if m is None:
-            # The name only: a malformed line may well hold a key (`JUDGE_API_KEY = sk-...`).
-            raise ConfigError(f"{where}: expected KEY=VALUE, got {quoted(line.split('=')[0], 40)}")
+            raise ConfigError(f"{where}: expected KEY=VALUE, got {key_part(line)}")
         name = m.group(1)
         value = _Expander(lookup, where).value(m.group(2))
         assigned[name] = value

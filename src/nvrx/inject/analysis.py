@@ -200,6 +200,10 @@ def logsage_package_analyzer(
         _run(argv, analysis_dir, timeout, "logsage", [*secrets, api_key], env=env)
         try:
             raw = read_text(out, "logsage output")
+            # Kept only masked: logsage writes what its model answered, echoed keys and all.
+            masked = redact_text(raw, [*secrets, api_key])
+            if masked != raw:
+                write_atomic(out, masked)
             doc = json.loads(raw)
         except InputError as exc:
             raise AnalysisError(f"logsage wrote no answer: {exc}") from None
