@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import select
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +27,7 @@ CONFIG_FILE_LIMIT = 1 << 20
 LIMIT_SETTING = "limits.max_input_bytes"
 
 _input_limit = DEFAULT_INPUT_LIMIT
+STREAM_SECONDS = 60.0  # the longest a FIFO or terminal input may take to end
 
 
 class InputError(Exception):
@@ -86,6 +89,7 @@ def read_bounded(
     follow_symlinks: bool = True,
     regular_only: bool = False,
     setting: str | None = LIMIT_SETTING,
+    deadline: float | None = None,
 ) -> tuple[bytes, os.stat_result]:
     """At most `limit` bytes of `path` (default: `limits.max_input_bytes`), and the fstat of the
     inode actually read (a file may be replaced between listing and opening it).
@@ -98,11 +102,19 @@ def read_bounded(
     """
     cap = _input_limit if limit is None else limit
     fd, st = _open(path, what, follow_symlinks=follow_symlinks, regular_only=regular_only)
+    # A FIFO or a terminal is read against the clock: its writer may drip for ever.
+    until = None if stat.S_ISREG(st.st_mode) else time.monotonic() + (deadline or STREAM_SECONDS)
     try:
         chunks: list[bytes] = []
         total = 0
         want = st.st_size + 1 if stat.S_ISREG(st.st_mode) else 65536
         while True:
+            if until is not None:
+                left = until - time.monotonic()
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    raise InputError(
+                        what, path, f"did not end within {deadline or STREAM_SECONDS:g} s"
+                    )
             chunk = os.read(fd, max(min(want, cap + 1 - total), 1))
             if not chunk:
                 break
@@ -207,13 +219,15 @@ def _too_large(what: str, path: Path | str, cap: int, setting: str | None) -> In
 
 
 KEY_FILE_LIMIT = 64 << 10
+KEY_SECONDS = 5.0
 
 
 def read_key_file(path: Path | str, what: str) -> tuple[str, int]:
     """A secret kept in a file (an API or routing key): its text, stripped, and the file's mode
     (callers warn when others can read it). InputError, naming the file and never its contents,
     when it cannot be read, is not UTF-8 or is empty."""
-    data, st = read_bounded(path, what, limit=KEY_FILE_LIMIT, setting=None)
+    # A key may come through a pipe (`<(pass show ...)`): it is small, and arrives at once.
+    data, st = read_bounded(path, what, limit=KEY_FILE_LIMIT, setting=None, deadline=KEY_SECONDS)
     try:
         text = data.decode("utf-8").strip()
     except UnicodeDecodeError:

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from nvrx.files import write_atomic
+from nvrx.files import InputError, InputTooLarge, read_bounded, write_atomic
 from nvrx.watch.model import BlockSummary, CycleColumns, Key
 
 CACHE_SCHEMA = "nvrx.watch.cycles-cache/4"
@@ -78,11 +78,27 @@ def _pack(value: Any) -> str:
     return base64.b64encode(zlib.compress(text.encode("utf-8", "surrogatepass"))).decode("ascii")
 
 
+class CycleCacheDamaged(ValueError):
+    """A record the crc accepted that does not decode or fit: the file was tampered with (the
+    crc rules out a torn write). The watcher sets the cache aside and reads the files again."""
+
+
+# The most one record may decompress to (about 300,000 cycle files of one directory): a record
+# that says more is damage, whatever its crc (a zlib bomb must not reach memory).
+_UNPACKED_MAX = 64 << 20
+
+
 def _unpack(text: str, what: str) -> Any:
     try:
-        return json.loads(zlib.decompress(base64.b64decode(text, validate=True)))
+        inflate = zlib.decompressobj()
+        raw = inflate.decompress(base64.b64decode(text, validate=True), _UNPACKED_MAX)
+        if inflate.unconsumed_tail:
+            raise ValueError(f"more than {_UNPACKED_MAX} bytes once decompressed")
+        if not inflate.eof:
+            raise ValueError("the compressed data is cut short")
+        return json.loads(raw)
     except (binascii.Error, zlib.error, ValueError, RecursionError) as exc:
-        raise ValueError(f"cycle cache: {what} do not decode: {exc}") from None
+        raise CycleCacheDamaged(f"cycle cache: {what} do not decode: {exc}") from None
 
 
 def _all(values: Sequence[Any], *types: type) -> bool:
@@ -212,6 +228,7 @@ class CycleCache:
         *,
         read_only: bool = False,
         racy_seconds: float = 2.0,
+        load: bool = True,
     ) -> None:
         self.path = os.fspath(path)
         self.read_only = read_only
@@ -220,7 +237,8 @@ class CycleCache:
         self._dirs: dict[str, Any] = {}
         self._sound: dict[str, tuple[dict[str, Any], BlockSummary]] = {}  # checked this pass
         self._dirty = False
-        self._load()
+        if load:  # (not: a pass that found this file damaged starts empty)
+            self._load()
 
     def __len__(self) -> int:
         """Files cached (in records whose summary is sound)."""
@@ -237,16 +255,19 @@ class CycleCache:
         )
 
     def _load(self) -> None:
+        if not os.path.lexists(self.path):
+            return
         try:
-            with open(self.path, "rb") as handle:
-                raw = handle.read(_CACHE_MAX_BYTES + 1)
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            self.load_error = f"cache unreadable: {exc.strerror or exc}"
-            return
-        if len(raw) > _CACHE_MAX_BYTES:
+            # nvrx's own regular file: never through a link, never blocking on a FIFO.
+            raw, _ = read_bounded(
+                self.path, "cycle cache", limit=_CACHE_MAX_BYTES, follow_symlinks=False,
+                regular_only=True, setting=None,
+            )  # fmt: skip
+        except InputTooLarge:
             self.load_error = "cache too large; starting empty"
+            return
+        except InputError as exc:
+            self.load_error = f"cache unreadable ({exc.reason}); starting empty"
             return
         try:
             data = json.loads(raw)
@@ -326,7 +347,9 @@ class CycleCache:
         record, summary = self._sound_record(directory, name_glob)
         cols = _columns(_unpack(record["cols"], f"the columns of {directory}"))
         if cols is None or BlockSummary.of(cols) != summary:
-            raise ValueError(f"cycle cache: the columns of {directory} do not fit its summary")
+            raise CycleCacheDamaged(
+                f"cycle cache: the columns of {directory} do not fit its summary"
+            )
         return cols
 
     def rows(self, directory: str, name_glob: str) -> list[list[Any]]:
@@ -339,7 +362,7 @@ class CycleCache:
             or len(rows) != summary.count
             or not all(type(r) is list and len(r) == _ROW_LEN for r in rows)
         ):
-            raise ValueError(f"cycle cache: the rows of {directory} do not fit its columns")
+            raise CycleCacheDamaged(f"cycle cache: the rows of {directory} do not fit its columns")
         return rows
 
     def _sound_record(self, directory: str, name_glob: str) -> tuple[dict[str, Any], BlockSummary]:
@@ -355,6 +378,8 @@ class CycleCache:
             cols = self.columns(directory, name_glob)
             rows = self.rows(directory, name_glob)
         except ValueError:
+            return {}
+        if len(rows) != len(cols.starts):
             return {}
         out: dict[str, tuple[Stat, list[Any]]] = {}
         for job, attempt, number, start, end, row in zip(

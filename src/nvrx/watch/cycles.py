@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nvrx.files import InputError, InputTooLarge, read_bounded
-from nvrx.watch.cyclecache import CycleCache, Stat, file_name, record_key
+from nvrx.watch.cyclecache import CycleCache, CycleCacheDamaged, Stat, file_name, record_key
 from nvrx.watch.cycleformat import CycleParseError, info_from_fields, parse_record
 from nvrx.watch.model import (
     BlockSummary,
@@ -327,8 +327,8 @@ def _block(
                 [job, attempt, number, cols.starts[i], cols.ends[i], *rows[i][3:]],
                 prefix + file_name(job, attempt, number),
             )
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise ValueError(f"cycle cache: a bad row for {directory}: {exc}") from None
+        except (TypeError, ValueError, OverflowError, IndexError) as exc:
+            raise CycleCacheDamaged(f"cycle cache: a bad row for {directory}: {exc}") from None
 
     return CycleBlock(summary, load_columns=columns, load_record=record, ident=ident)
 

@@ -3,7 +3,7 @@ deadline. Its own module so that a pass without a URL to call never imports http
 
 from __future__ import annotations
 
-import time
+import asyncio
 
 import httpx
 
@@ -14,42 +14,60 @@ from nvrx.watch.sinks import SinkError
 _REPLY_CAP = 64 << 10
 
 
-def _call(client: httpx.Client, method: str, url: str, payload: object = None) -> None:
-    """One sink request within a total deadline of the client's timeout; raises httpx errors
+async def _exchange(
+    client: httpx.AsyncClient, method: str, url: str, payload: object = None
+) -> None:
+    """One sink request, its answer read (and dropped) up to _REPLY_CAP; raises httpx errors
     (HTTPStatusError for a status >= 400)."""
-    timeout = client.timeout.read or 20.0
-    deadline = time.monotonic() + timeout
-    with client.stream(method, url, json=payload) as response:
+    async with client.stream(method, url, json=payload) as response:
         read = 0
-        for chunk in response.iter_raw():
+        async for chunk in response.aiter_raw():
             read += len(chunk)
-            if read > _REPLY_CAP or time.monotonic() > deadline:
-                raise httpx.ReadTimeout("the sink's answer did not end in time")
+            if read > _REPLY_CAP:
+                raise httpx.ReadError("the sink's answer is larger than nvrx reads")
         response.raise_for_status()
+
+
+def _call(timeout: float, method: str, url: str, payload: object = None) -> None:
+    """One sink exchange (connect, headers, body) within one total deadline, kept by the clock:
+    httpx's timeouts are per read, so a server that drips its headers a byte at a time would
+    hold the pass for ever. Past the deadline the exchange is cancelled, its connection closed."""
+
+    async def bounded() -> None:
+        async with httpx.AsyncClient(timeout=timeout) as client:
+            await asyncio.wait_for(_exchange(client, method, url, payload), timeout)
+
+    try:
+        asyncio.run(bounded())
+    except TimeoutError:
+        raise httpx.TimeoutException(f"no whole answer within {timeout:g} s") from None
 
 
 def _problem(exc: Exception) -> str:
     """A sink's failure without its URL."""
     if isinstance(exc, httpx.HTTPStatusError):
         return f"HTTP {exc.response.status_code}"
+    if isinstance(exc, httpx.TimeoutException) and str(exc).startswith("no whole answer"):
+        return str(exc)
     return type(exc).__name__
 
 
 class HttpSinks:
-    """One HTTP client for a watcher's sinks; every failure is a SinkError."""
+    """A watcher's sinks' calls, each a fresh exchange within the total deadline (a pass makes
+    a handful: no connection is worth keeping); every failure is a SinkError."""
 
     def __init__(self, timeout: float) -> None:
-        self.client = httpx.Client(timeout=timeout)
+        self.timeout = timeout
 
     def post(self, url: str, payload: dict[str, object]) -> None:
         try:
-            _call(self.client, "POST", url, payload)
+            _call(self.timeout, "POST", url, payload)
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise SinkError(_problem(exc)) from None
 
     def get(self, url: str) -> None:
         """A heartbeat ping."""
         try:
-            _call(self.client, "GET", url)
+            _call(self.timeout, "GET", url)
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise SinkError(_problem(exc)) from None

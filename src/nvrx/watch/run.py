@@ -7,8 +7,10 @@ action, alerts, heartbeat and state writes.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
+import os
 import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -22,7 +24,7 @@ from nvrx.config import WatchSettings
 from nvrx.contract import FOUND, OK, UNJUDGED
 from nvrx.files import InputError, read_key_file
 from nvrx.slurm import JobState, Slurm, SlurmError
-from nvrx.watch.cyclecache import CycleCache
+from nvrx.watch.cyclecache import CycleCache, CycleCacheDamaged
 from nvrx.watch.cycles import CycleRead, read_cycles
 from nvrx.watch.detectors import DETECTORS, run_detectors
 from nvrx.watch.detectors import degraded as is_degraded
@@ -160,7 +162,7 @@ class Watcher:
         if platform is None:
             self.refresh_target()
         if self.dry_run:  # reads the state if there is one; creates nothing, not even the lock
-            return self._pass(now, platform, writes=False, owner=True)
+            return self._checked_pass(now, platform, writes=False, owner=True)
         self.dir.mkdir(parents=True, exist_ok=True)
         with open(self.dir / ".lock", "a+") as lock:
             try:
@@ -169,13 +171,39 @@ class Watcher:
             except BlockingIOError:
                 owner = False  # another login node's pass holds the state: observe only
             try:
-                return self._pass(now, platform, writes=owner and not self.dry_run, owner=owner)
+                writes = owner and not self.dry_run
+                return self._checked_pass(now, platform, writes=writes, owner=owner)
             finally:
                 if owner:
                     fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def _pass(
+    def _checked_pass(
         self, now: datetime, platform: Platform | None, *, writes: bool, owner: bool
+    ) -> PassResult:
+        """A pass whose cycle cache turns out damaged (a record the crc accepted that does not
+        decode: tampering) is made again from the files themselves, the cache set aside as
+        `cycles-cache.json.damaged` when the pass may write (it is derived data: nothing is
+        lost), and the pass says so."""
+        try:
+            return self._pass(now, platform, writes=writes, owner=owner)
+        except CycleCacheDamaged as exc:
+            self._ahead = None
+            cache = self.dir / "cycles-cache.json"
+            if writes:
+                with contextlib.suppress(OSError):
+                    os.replace(cache, cache.with_name(cache.name + ".damaged"))
+            result = self._pass(now, platform, writes=writes, owner=owner, use_cache=False)
+            result.notes.append(f"{exc}: set aside, the cycle files read again")
+            return result
+
+    def _pass(
+        self,
+        now: datetime,
+        platform: Platform | None,
+        *,
+        writes: bool,
+        owner: bool,
+        use_cache: bool = True,
     ) -> PassResult:
         state = load_state(self.dir / "state.json")
         read: CycleRead | None = None
@@ -183,7 +211,7 @@ class Watcher:
             (cache, read), self._ahead = self._ahead, None
             cache.read_only = not writes
         else:
-            cache = CycleCache(self.dir / "cycles-cache.json", read_only=not writes)
+            cache = CycleCache(self.dir / "cycles-cache.json", read_only=not writes, load=use_cache)
         snap = observe(
             self.target,
             self.slurm,

@@ -1,0 +1,134 @@
+"""Deadlines that slipped (issue 26, family 3): a sink, heartbeat or PagerDuty server that drips
+its answer or never finishes its headers, a key file that drips, a cache or torn file that is a
+FIFO. Each exchange has one total deadline kept by the clock; every open is non-blocking. Each
+is a regression that fails (by the harness's wall budget) on main 9b81a23."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .harness import run_nvrx
+
+REPO = Path(__file__).resolve().parents[2]
+TIMEOUT = 2.0  # watch.http_timeout in these tests: the pass must end soon after it
+WALL = 15.0  # far below what a drip would take, far above a deadline kept
+
+
+class Dripper:
+    """A TCP server on loopback that accepts every connection and sends one byte of an HTTP
+    answer every `every` seconds, never finishing its headers (each read comes well within any
+    per-read timeout)."""
+
+    def __init__(self, every: float = 0.3) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
+        self.every = every
+        self.connections = 0
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._serve, daemon=True)]
+        self._threads[0].start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            self.connections += 1
+            t = threading.Thread(target=self._drip, args=(conn,), daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _drip(self, conn: socket.socket) -> None:
+        answer = b"HTTP/1.1 200 OK\r\nX-Slow: " + b"x" * 100_000
+        with conn:
+            for byte in answer:
+                if self._stop.is_set():
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+                time.sleep(self.every)
+
+    def close(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=2)
+        self.sock.close()
+
+
+def storm_chain(tmp_path: Path) -> Path:
+    made = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "chains" / "make_chains.py"), str(tmp_path / "ex")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    return tmp_path / "ex" / "storm"
+
+
+@pytest.fixture
+def dripper() -> Iterator[Dripper]:
+    d = Dripper()
+    yield d
+    d.close()
+
+
+@pytest.mark.parametrize("sink", ["webhook_url", "heartbeat_url", "pd_url"])
+def test_a_sink_that_drips_its_headers_holds_the_pass_no_longer_than_its_deadline(
+    tmp_path: Path, home: Path, dripper: Dripper, sink: str
+) -> None:
+    work = storm_chain(tmp_path)  # critical findings: something to alert about
+    settings = [f"watch.{sink}={dripper.url}", f"watch.http_timeout={TIMEOUT}"]
+    if sink == "pd_url":
+        settings.append("watch.pd_routing_key=R0123456789abcdef0123456789abcdef")
+    started = time.monotonic()
+    proc = run_nvrx(
+        "watch", "--platform", "none", "--work-dir", str(work), "--state-dir", str(tmp_path / "s"),
+        *(a for s in settings for a in ("--set", s)),
+        cwd=home, wall=WALL,
+    )  # fmt: skip
+    took = time.monotonic() - started
+    assert proc.code == 1, proc.describe()
+    assert dripper.connections, "the sink was never called"
+    assert took < TIMEOUT + 5, proc.describe()  # it failed within its deadline, and says so
+    assert f"no whole answer within {TIMEOUT:g} s" in proc.output, proc.describe()
+
+
+def test_a_key_file_that_drips_fails_within_its_deadline(tmp_path: Path, home: Path) -> None:
+    work = storm_chain(tmp_path)
+    fifo = tmp_path / "pd-key"
+    os.mkfifo(fifo)
+    stop = threading.Event()
+
+    def drip() -> None:
+        with open(fifo, "wb", buffering=0) as w, contextlib.suppress(BrokenPipeError):
+            while not stop.is_set():  # until the reader gives up (a broken pipe) or the test ends
+                w.write(b"k")
+                time.sleep(0.2)
+
+    writer = threading.Thread(target=drip, daemon=True)
+    writer.start()
+    try:
+        proc = run_nvrx(
+            "watch", "--platform", "none", "--work-dir", str(work),
+            "--state-dir", str(tmp_path / "s"), "--set", f"watch.pd_routing_key_file={fifo}",
+            cwd=home, wall=WALL,
+        )  # fmt: skip
+    finally:
+        stop.set()
+    # The pass goes on (the key is read when there is something to page about) and says so.
+    assert proc.code == 1, proc.describe()
+    assert "sink failed: pagerduty: PagerDuty key file" in proc.stdout, proc.describe()
+    assert "did not end within 5 s" in proc.stdout, proc.describe()

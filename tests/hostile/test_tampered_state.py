@@ -1,0 +1,106 @@
+"""The watcher's own files, tampered with (issue 26, family 4): a cycle cache whose crc is valid
+over a cut zlib stream, whose summary does not match its rows, or that is a zlib bomb; a cache
+that is a FIFO. Never a traceback nor a MemoryError: the cache is derived data, so a damaged one
+is set aside, the cycle files read again, and the pass says so. Each fails on main 9b81a23."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvrx.watch.cyclecache import _crc
+
+from ..test_watch_run import healthy_run
+from .harness import Result, assert_no_traceback, run_nvrx
+
+WALL = 20.0
+
+
+def settled_run(work: Path) -> None:
+    """A healthy chain whose files are older than the cache's racy window (so it caches them)."""
+    healthy_run(work)
+    old = os.stat(work).st_mtime - 60
+    for path in [work, *work.rglob("*")]:
+        os.utime(path, (old, old))
+
+
+def watch(work: Path, state: Path, home: Path) -> Result:
+    return run_nvrx(
+        "watch", "--platform", "none", "--work-dir", str(work), "--state-dir", str(state),
+        "--json", cwd=home, wall=WALL, memory_mb=900,
+    )  # fmt: skip
+
+
+def cut_zlib(record: dict[str, Any]) -> None:
+    raw = base64.b64decode(record["rows"])
+    record["rows"] = base64.b64encode(raw[: len(raw) // 2]).decode()
+
+
+def wrong_count(record: dict[str, Any]) -> None:
+    record["summary"]["count"] += 5
+
+
+def bomb(record: dict[str, Any]) -> None:
+    # About 1 GiB of JSON once inflated, a megabyte on disk.
+    squeeze = zlib.compressobj(9)
+    parts = [squeeze.compress(b"[" + b" " * (16 << 20)) for _ in range(1)]
+    parts += [squeeze.compress(b" " * (16 << 20)) for _ in range(63)]
+    parts.append(squeeze.compress(b"]") + squeeze.flush())
+    record["rows"] = base64.b64encode(b"".join(parts)).decode()
+
+
+def short_rows(record: dict[str, Any]) -> None:
+    rows = json.loads(zlib.decompress(base64.b64decode(record["rows"])))
+    record["rows"] = base64.b64encode(zlib.compress(json.dumps(rows[:-1]).encode())).decode()
+
+
+@pytest.mark.parametrize("trusted", [True, False], ids=["listing-trusted", "relisted"])
+@pytest.mark.parametrize("tamper", [cut_zlib, wrong_count, bomb, short_rows])
+def test_a_tampered_cycle_cache_is_set_aside_and_the_files_read_again(
+    tmp_path: Path, home: Path, tamper: Callable[[dict[str, Any]], None], trusted: bool
+) -> None:
+    # Trusted: the directory's record is used without listing it (its rows decoded when a
+    # record is asked for); relisted: its files are looked up in the record.
+    work, state = tmp_path / "work", tmp_path / "state"
+    settled_run(work)
+    first = watch(work, state, home)
+    assert first.code == 0, first.describe()
+    (cache,) = state.glob("*/cycles-cache.json")
+    doc = json.loads(cache.read_text())
+    for record in doc["dirs"].values():
+        tamper(record)
+        record["crc"] = _crc(record["cols"], record["rows"])  # the crc says all is well
+        if not trusted:
+            record["listed"] = None
+    cache.write_text(json.dumps(doc))
+    again = watch(work, state, home)
+    assert_no_traceback(again)
+    assert again.code == 0, again.describe()
+    if trusted:  # found out when decoded: said, and the damaged file kept aside
+        assert any("set aside" in n for n in json.loads(again.stdout)["notes"]), again.describe()
+        assert cache.with_name("cycles-cache.json.damaged").is_file()
+    assert (
+        json.loads(again.stdout)["snapshot"]["cycles"]
+        == json.loads(first.stdout)["snapshot"]["cycles"]
+    )
+    third = watch(work, state, home)  # the cache rebuilt from the files
+    assert third.code == 0 and "set aside" not in third.stdout, third.describe()
+
+
+def test_a_cycle_cache_that_is_a_fifo_never_blocks_the_pass(tmp_path: Path, home: Path) -> None:
+    work, state = tmp_path / "work", tmp_path / "state"
+    settled_run(work)
+    assert watch(work, state, home).code == 0
+    (cache,) = state.glob("*/cycles-cache.json")
+    cache.unlink()
+    os.mkfifo(cache)
+    again = watch(work, state, home)
+    assert_no_traceback(again)
+    assert again.code == 0, again.describe()
