@@ -102,20 +102,25 @@ def read_bounded(
     """
     cap = _input_limit if limit is None else limit
     fd, st = _open(path, what, follow_symlinks=follow_symlinks, regular_only=regular_only)
-    # A FIFO or a terminal is read against the clock: its writer may drip for ever.
-    until = None if stat.S_ISREG(st.st_mode) else time.monotonic() + (deadline or STREAM_SECONDS)
+    # A FIFO or a terminal is read against the clock, without blocking: its writer may drip
+    # for ever (a FIFO with no writer reads as ended at once).
+    seconds = deadline or STREAM_SECONDS
+    until = None if stat.S_ISREG(st.st_mode) else time.monotonic() + seconds
     try:
+        if until is not None:
+            os.set_blocking(fd, False)
         chunks: list[bytes] = []
         total = 0
         want = st.st_size + 1 if stat.S_ISREG(st.st_mode) else 65536
         while True:
-            if until is not None:
-                left = until - time.monotonic()
-                if left <= 0 or not select.select([fd], [], [], left)[0]:
-                    raise InputError(
-                        what, path, f"did not end within {deadline or STREAM_SECONDS:g} s"
-                    )
-            chunk = os.read(fd, max(min(want, cap + 1 - total), 1))
+            if until is not None and time.monotonic() > until:
+                raise InputError(what, path, f"did not end within {seconds:g} s")
+            try:
+                chunk = os.read(fd, max(min(want, cap + 1 - total), 1))
+            except BlockingIOError:  # nothing yet: wait for it, never past the deadline
+                assert until is not None
+                select.select([fd], [], [], max(until - time.monotonic(), 0))
+                continue
             if not chunk:
                 break
             chunks.append(chunk)
