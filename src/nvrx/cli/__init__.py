@@ -169,6 +169,33 @@ def optional_values(argv: list[str]) -> list[str]:
     return out
 
 
+# The files typer's --install-completion writes, for any shell. A symlinked ~/.bashrc (a dotfiles
+# checkout) is common and fine; one that is a FIFO, a directory or a device would hang the write
+# or break it half-way.
+_COMPLETION_FILES = (
+    ".bashrc", ".bash_completions/nvrx.sh", ".zshrc", ".zfunc/_nvrx",
+    ".config/fish/completions/nvrx.fish",
+)  # fmt: skip
+
+
+def _check_completion_files() -> None:
+    import stat
+
+    from nvrx.terminal import CommandError
+
+    home = os.path.expanduser("~")
+    for name in _COMPLETION_FILES:
+        path = os.path.join(home, name)
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            continue  # absent (created as a regular file), or a dangling link typer replaces
+        if not stat.S_ISREG(mode):
+            raise CommandError(
+                f"--install-completion: {path} is not a regular file: refusing to write to it"
+            )
+
+
 def main() -> None:
     """The entry point. Not standalone: a usage error (a bad flag or value) is one `nvrx: error:`
     line and exit 2, like every other bad input, instead of a framed usage box. A command's
@@ -185,6 +212,8 @@ def main() -> None:
         sys.exit(code)
 
     try:
+        if "--install-completion" in sys.argv[1:2]:
+            _check_completion_files()
         code = app(args=optional_values(sys.argv[1:]), standalone_mode=False)
     except TyperException as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # a bare group: its help, and success

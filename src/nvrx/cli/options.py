@@ -3,6 +3,7 @@ the completions of pool and workload names."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -51,6 +52,15 @@ def html_option(default_place: str) -> Any:
     )
 
 
+# What a completion may put on a command line: a name the shell takes literally. A file name
+# such as `$(curl ...).pool` in a pools folder is never offered (the shell would run it).
+_PLAIN = re.compile(r"[A-Za-z0-9._+:@%=,-]{1,255}")
+
+
+def _plain(name: str) -> bool:
+    return _PLAIN.fullmatch(name) is not None
+
+
 def complete_pool(incomplete: str) -> list[str]:
     """Pool names: the built-in ones and the `pools/` files of the configured workload."""
     from nvrx.campaign.pool import NAMED_POOLS, pool_files
@@ -66,7 +76,7 @@ def complete_pool(incomplete: str) -> list[str]:
             names += pool_files(workload.script_dir / "pools")
     except Exception:  # completion must never fail the shell: the built-in names still help
         pass
-    return [n for n in names if n.startswith(incomplete)]
+    return [n for n in names if n.startswith(incomplete) and _plain(n)]
 
 
 def complete_workload(incomplete: str) -> list[str]:
@@ -78,4 +88,4 @@ def complete_workload(incomplete: str) -> list[str]:
         names = sorted(load_registry(load_config().config.inject.workloads_file))
     except Exception:  # a broken config completes nothing rather than printing a traceback
         return []
-    return [n for n in names if n.startswith(incomplete)]
+    return [n for n in names if n.startswith(incomplete) and _plain(n)]
