@@ -4,6 +4,7 @@ the session's results, and `--iters` expands the iteration dimension."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -109,10 +110,24 @@ def test_a_pool_of_upstreams_pools_dir_is_taken_by_its_file_name(tmp_path: Path)
     assert missing.returncode == 2 and "wide.pool" in missing.stderr  # the choices are named
 
 
-@pytest.mark.parametrize("value", ["", "2,,10"])
-def test_an_empty_iteration_list_means_the_pools_own(value: str, tmp_path: Path) -> None:
+def test_an_empty_iteration_list_means_the_pools_own(tmp_path: Path) -> None:
     from nvrx.config import load_config
 
-    cli = {"inject.iters": (value, "t")}
+    cli = {"inject.iters": ("", "t")}
     iters = load_config(environ={}, cli=cli, cwd=tmp_path, home=tmp_path).config.inject.iters
-    assert iters == (None if value == "" else [2, 10])
+    assert iters is None
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [(",", "an empty item in ','"), ("2,,10", "an empty item in '2,,10'"),
+     ("2,١", "ASCII digits"), ("1_000", "ASCII digits")],
+)  # fmt: skip
+def test_an_iteration_list_with_a_hole_or_foreign_digits_is_an_error(
+    value: str, says: str, tmp_path: Path
+) -> None:
+    from nvrx.config import ConfigError, load_config
+
+    cli = {"inject.iters": (value, "--iters")}
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        load_config(environ={}, cli=cli, cwd=tmp_path, home=tmp_path)

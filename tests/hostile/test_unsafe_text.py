@@ -4,9 +4,15 @@ Each is a regression that fails on main 9b81a23."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
+import pytest
+
+from nvrx.campaign.session import TSV_HEADER
+
+from ..test_watch_run import healthy_run
 from .harness import assert_bad_input, run_nvrx
 
 WALL = 20.0
@@ -36,3 +42,74 @@ def test_install_completion_never_writes_into_a_fifo(home: Path) -> None:
     os.mkfifo(home / ".bashrc")
     proc = run_nvrx("--install-completion", "bash", cwd=home, wall=WALL)
     assert_bad_input(proc, ".bashrc", "not a regular file")
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("score:\n  model: a\n  model: b\n", "config.yaml line 3 is not valid YAML: 'model' is given twice"),
+        ("score:\n  model: a\nslurm:\n  account: x\nscore:\n  concurrency: 2\n",
+         "line 5 is not valid YAML: 'score' is given twice"),
+    ],
+    ids=["a key twice", "a section twice"],
+)  # fmt: skip
+def test_a_setting_or_section_given_twice_is_an_error_not_the_last_one(
+    home: Path, text: str, says: str
+) -> None:
+    config = home / "config.yaml"
+    config.write_text(text)
+    assert_bad_input(run_nvrx("config", "show", "--config", str(config), cwd=home, wall=WALL), says)
+
+
+def upstream_session(root: Path, rows: list[str], header: str = TSV_HEADER) -> Path:
+    """A session the upstream scripts wrote: a tracking file, no journal."""
+    session = root / "fault_injection" / "20260101_000000"
+    session.mkdir(parents=True)
+    (session / "experiments.tsv").write_text(header + "".join(r + "\n" for r in rows))
+    return session
+
+
+@pytest.mark.parametrize(
+    ("rows", "header", "says"),
+    [
+        (["1\tSIGKILL\t1\t5\t2\t/x/n2_SIGKILL_r1_i5"],
+         "JOB_ID\tFAULT_TYPE\tRANK\tRANK\tITER\tNODES\tEXPERIMENT_DIR\n", "column RANK is given twice"),
+        (['1\tSIGKILL\t1\t5\t2\t"' + "x" * 300_000], TSV_HEADER, "line 2"),
+        (["1\tSIGKILL\t1_000\t5\t2\t/x/e"], TSV_HEADER, "line 2: not a tracking row (RANK not a number)"),
+        (["1\tSIGKILL\t١\t5\t2\t/x/e"], TSV_HEADER, "line 2: not a tracking row (RANK not a number)"),
+        (["1\tSIGKILL\t1\t5\t2\t.."], TSV_HEADER, "line 2: EXPERIMENT_DIR names no experiment"),
+    ],
+    ids=["a column twice", "an unbalanced quote", "underscores", "foreign digits", "dot-dot"],
+)  # fmt: skip
+def test_an_upstream_tracking_file_is_read_strictly(
+    tmp_path: Path, home: Path, rows: list[str], header: str, says: str
+) -> None:
+    session = upstream_session(tmp_path, rows, header)
+    assert_bad_input(run_nvrx("score", str(session), "--judge", "rules", cwd=home, wall=WALL), says)
+
+
+def test_a_tracking_row_never_sends_the_scorer_out_of_the_session(
+    tmp_path: Path, home: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere" / "n2_SIGKILL_r1_i5"
+    (elsewhere / "analysis").mkdir(parents=True)
+    (elsewhere / "analysis" / "log_attribution.txt").write_text("STOP - DONT RESTART IMMEDIATE\n")
+    session = upstream_session(tmp_path / "runs", [f"1\tSIGKILL\t1\t5\t2\t{elsewhere}"])
+    proc = run_nvrx("score", str(session), "--judge", "rules", "--json", cwd=home, wall=WALL)
+    (case,) = json.loads(proc.stdout)["cases"]
+    assert case["experiment_dir"] == str(session / "n2_SIGKILL_r1_i5")  # looked for in the session
+
+
+def test_a_checkpoint_iteration_is_ascii_digits_only(tmp_path: Path, home: Path) -> None:
+    work = tmp_path / "work"
+    healthy_run(work)
+    (checkpoint,) = work.rglob("latest_checkpointed_iteration.txt")
+    for text in ("1_000_000", "+5", "١٢"):
+        checkpoint.write_text(text + "\n")
+        proc = run_nvrx(
+            "watch", "--platform", "none", "--work-dir", str(work),
+            "--state-dir", str(tmp_path / "s"), "--json", cwd=home, wall=WALL,
+        )  # fmt: skip
+        ckpt = json.loads(proc.stdout)["snapshot"]["checkpoint"]
+        assert "not an integer" in (ckpt["error"] or ""), proc.describe()
+        assert ckpt["value"] in (None, 400), proc.describe()  # the last good value, or none

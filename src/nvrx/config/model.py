@@ -3,7 +3,10 @@ which layer set a value is `nvrx.config.load`'s business.
 
 A plain pydantic model, not pydantic-settings' BaseSettings: the loader layers the sources itself
 so that it can say which layer set each value (`nvrx config show`), which BaseSettings' sources
-cannot, and so a watch pass does not pay for importing them."""
+cannot, and so a watch pass does not pay for importing them.
+
+Every section in one module: `FIELDS`, the environment names and the settings table of the
+docs are walked from this one class tree, and a setting is found by reading one file."""
 
 from __future__ import annotations
 
@@ -269,7 +272,14 @@ class InjectSettings(_Section):
     @classmethod
     def _iteration_list(cls, value: Any) -> Any:
         if isinstance(value, str):
-            value = [part.strip() for part in value.split(",") if part.strip()] or None
+            if not value.strip():
+                return None  # unset: the pool's own iterations
+            parts = [part.strip() for part in value.split(",")]
+            if "" in parts:  # `,` or `2,,10`: a number left out is a typo, not nothing
+                raise ValueError(f"an empty item in {value.strip()[:40]!r}")
+            if not all(p.isascii() and p.isdigit() for p in parts):  # not `١` nor `1_000`
+                raise ValueError("iterations are whole numbers written in ASCII digits")
+            value = parts
         return value
 
     batch_size: int = Field(2, ge=1, le=10_000, description="jobs of the session in Slurm at once")

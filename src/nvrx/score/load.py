@@ -224,19 +224,40 @@ _ROW_INTS = ("RANK", "ITER", "NODES")
 
 def _tsv_cases(session_dir: Path, shape: Shape, only: Path | None) -> list[Case]:
     tsv = session_dir / TSV_NAME
-    rows = csv.DictReader(io.StringIO(read_text(tsv, "tracking file")), delimiter="\t")
-    missing = [c for c in TSV_HEADER.split() if c not in (rows.fieldnames or [])]
+    # Upstream writes plain tab-separated fields: a quote is a character, not the start of a
+    # quoted field (one unbalanced `"` would swallow the rest of the file into one field).
+    rows = csv.DictReader(
+        io.StringIO(read_text(tsv, "tracking file")), delimiter="\t", quoting=csv.QUOTE_NONE
+    )
+    header = rows.fieldnames or []
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:
+        raise ScoreError(f"{tsv} line 1: column {', '.join(twice)} is given twice")
+    missing = [c for c in TSV_HEADER.split() if c not in header]
     if missing:
         raise ScoreError(f"{tsv}: not a tracking file (no column {', '.join(missing)})")
     cases = []
-    for n, row in enumerate(rows, start=2):
+    numbered: list[tuple[int, dict[str, str]]] = []
+    while True:
+        n = len(numbered) + 2  # the header is line 1; one row per line, unquoted
         try:
-            exp_dir = Path(row["EXPERIMENT_DIR"])
-            values = [int(row[k]) for k in _ROW_INTS]
-        except (TypeError, ValueError):
-            raise ScoreError(f"{tsv}:{n}: not a tracking row ({row!r})") from None
-        if not exp_dir.is_absolute():
-            exp_dir = session_dir / exp_dir
+            numbered.append((n, next(rows)))
+        except StopIteration:
+            break
+        except csv.Error as exc:
+            raise ScoreError(f"{tsv} line {n}: not a tracking row ({exc})") from None
+    for n, row in numbered:
+        bad = [k for k in _ROW_INTS if not (row.get(k) or "").isascii() or not row[k].isdigit()]
+        if bad or not row.get("EXPERIMENT_DIR") or not row.get("FAULT_TYPE"):
+            what = f"{', '.join(bad)} not a number" if bad else "a column is missing"
+            raise ScoreError(f"{tsv} line {n}: not a tracking row ({what})")
+        values = [int(row[k]) for k in _ROW_INTS]
+        # A directory of this session, by its name: upstream writes absolute paths, which a
+        # session moved or copied no longer matches, and a row must not send nvrx elsewhere.
+        name = Path(row["EXPERIMENT_DIR"]).name
+        if name in ("", ".", ".."):
+            raise ScoreError(f"{tsv} line {n}: EXPERIMENT_DIR names no experiment directory")
+        exp_dir = session_dir / name
         if only is not None and exp_dir.resolve() != only.resolve():
             continue
         truth = GroundTruth.build(

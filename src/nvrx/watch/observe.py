@@ -79,7 +79,11 @@ def read_checkpoint(
             state.unsaved_until = now
         return Checkpoint(path, save_interval_seconds=interval, released=True)
     try:
-        value = int(raw.decode("ascii").strip())
+        digits = raw.decode("ascii").strip()
+        # What Megatron writes: ASCII digits (int() would take `1_000_000`, `+5` or ` 7 `).
+        if not (digits.isdigit() and len(digits) <= 30):
+            raise ValueError(digits)
+        value = int(digits)
     except (UnicodeDecodeError, ValueError):
         text = printable(raw.decode("utf-8", "replace").strip()[:40])
         since = state.see_checkpoint_text(text, now)

@@ -3,6 +3,10 @@
 Detect ≠ act: the only action, cancelling an orphaned generation's pending tasks, runs only
 with --act; observe-only prints the command the owner should run. --dry-run suppresses the
 action, alerts, heartbeat and state writes.
+
+One module because a pass is one transaction under the state lock: what it observed, the
+alerts it sent and the state it saves must come from the same pass (a damaged cycle cache
+makes the pass again, whole).
 """
 
 from __future__ import annotations
