@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import html
 
+from nvrx.display import printable
+
 _CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 BASE_CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}
@@ -22,8 +24,9 @@ pre{background:#f6f8fa;padding:8px;overflow:auto;max-height:320px;white-space:pr
 
 
 def escape(text: object) -> str:
-    """`text` safe inside an element or a quoted attribute."""
-    return html.escape(str(text), quote=True)
+    """`text` safe inside an element or a quoted attribute: HTML-escaped, and its control and
+    bidirectional-override characters written as escapes (`display.printable`), lines kept."""
+    return html.escape(printable(str(text), lines=True), quote=True)
 
 
 def document(title: str, body: str, css: str = "") -> str:

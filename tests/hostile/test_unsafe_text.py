@@ -113,3 +113,92 @@ def test_a_checkpoint_iteration_is_ascii_digits_only(tmp_path: Path, home: Path)
         ckpt = json.loads(proc.stdout)["snapshot"]["checkpoint"]
         assert "not an integer" in (ckpt["error"] or ""), proc.describe()
         assert ckpt["value"] in (None, 400), proc.describe()  # the last good value, or none
+
+
+HOSTILE = "evil \x1b[2J\x1b]0;owned\x07 \u202eesrever"  # clear screen, retitle, reverse
+
+
+def raw_controls(text: str) -> list[str]:
+    """Terminal controls or bidi overrides that reached the output unescaped."""
+    return [c for c in "\x1b\x07\u202e" if c in text]
+
+
+def test_a_journalled_verdict_reaches_no_terminal_page_or_file_raw(
+    tmp_path: Path, home: Path
+) -> None:
+    import shutil
+
+    from ..conftest import SCORE_DEMO
+
+    session = tmp_path / "fault_injection" / SCORE_DEMO.name
+    shutil.copytree(SCORE_DEMO, session)
+    journal = session / "journal.jsonl"
+    events = [json.loads(line) for line in journal.read_text().splitlines()]
+    for ev in events:
+        if ev.get("event") == "analysed":
+            ev["verdict"]["notes"] = HOSTILE
+    journal.write_text("".join(json.dumps(ev) + "\n" for ev in events))
+    page = tmp_path / "page.html"
+    proc = run_nvrx("report", str(session), "--html", str(page), cwd=home, wall=WALL)
+    assert proc.code == 0, proc.describe()
+    assert "evil" in proc.stdout and raw_controls(proc.output) == [], proc.describe()
+    assert raw_controls(page.read_text()) == []
+
+
+def test_a_chain_dir_named_to_reverse_the_screen_is_shown_escaped(
+    tmp_path: Path, home: Path
+) -> None:
+    work = tmp_path / "team" / f"chain{HOSTILE}"
+    healthy_run(work)
+    proc = run_nvrx(
+        "watch", "--platform", "none", "--fleet", str(tmp_path / "team"),
+        "--state-dir", str(tmp_path / "s"), cwd=home, wall=WALL,
+    )  # fmt: skip
+    assert proc.code == 0 and "chainevil" in proc.stdout, proc.describe()
+    assert raw_controls(proc.output) == []
+
+
+def test_analyze_log_quotes_a_log_line_escaped(tmp_path: Path, home: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text(
+        "0: iteration 5 / 100\n1: Traceback (most recent call last):\n"
+        f'1:   File "x.py", line 1, in <module>\n1: RuntimeError: boom {HOSTILE}\n'
+    )
+    proc = run_nvrx("analyze", "log", str(log), cwd=home, wall=WALL)
+    assert proc.code == 0 and "RuntimeError: boom" in proc.stdout, proc.describe()
+    assert raw_controls(proc.output) == []
+
+
+def test_thousands_of_names_make_one_short_error_line(tmp_path: Path, home: Path) -> None:
+    scripts = tmp_path / "scripts"
+    (scripts / "pools").mkdir(parents=True)
+    (scripts / "job.sh").write_text("#!/bin/bash\n")
+    (scripts / "workloads.conf").write_text(
+        "".join(f"site{i} job.sh - Site - -\n" for i in range(5000))
+    )
+    for i in range(5000):
+        (scripts / "pools" / f"pool{i:04d}.pool").write_text("SIGKILL:1:5:2\n")
+    args = [
+        "inject-loop",
+        "--list-pool",
+        "--set",
+        f"inject.workloads_file={scripts / 'workloads.conf'}",
+    ]
+    for extra, says in ((["--workload", "nope"], "unknown workload"),
+                        (["--workload", "site1", "--pool", "nope.pool"], "is not a pool name")):  # fmt: skip
+        line = assert_bad_input(run_nvrx(*args, *extra, cwd=home, wall=WALL), says)
+        assert len(line) < 2000 and "more" in line
+
+
+@pytest.mark.parametrize("column", ["job\x00.sh", "x" * 5_000_000], ids=["NUL", "5 MB"])
+def test_a_workloads_file_column_with_a_nul_or_megabytes_is_one_line(
+    tmp_path: Path, home: Path, column: str
+) -> None:
+    conf = tmp_path / "workloads.conf"
+    conf.write_text(f"site {column} - Site - -\n")
+    proc = run_nvrx(
+        "inject-loop", "--workload", "site", "--list-pool",
+        "--set", f"inject.workloads_file={conf}", cwd=home, wall=WALL,
+    )  # fmt: skip
+    line = assert_bad_input(proc, "workloads.conf line 1", "script column")
+    assert len(line) < 500

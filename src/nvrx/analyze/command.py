@@ -8,6 +8,7 @@ from pathlib import Path
 from nvrx.analyze.logattr import LogAttribution
 from nvrx.config import load_for_command
 from nvrx.contract import write_document
+from nvrx.display import printable
 from nvrx.terminal import CommandError, note
 
 
@@ -35,7 +36,10 @@ def analyze_fr(path: Path, pattern: str, as_json: bool) -> int:
     if as_json:
         write_document(fr.to_json(result), 0)
     else:
-        sys.stdout.write("no_dumps\n" if result.no_dumps else fr.table(result))
+        # The dumps' group descriptions are the job's text: escaped for the terminal.
+        sys.stdout.write(
+            "no_dumps\n" if result.no_dumps else printable(fr.table(result), lines=True)
+        )
     return 0
 
 
@@ -46,5 +50,6 @@ def analyze_log(path: Path, as_json: bool) -> int:
     if as_json:
         write_document(result.to_json(), 0)
     else:
-        sys.stdout.write(result.text().rstrip("\n") + "\n")
+        # The log's lines are quoted as evidence: escaped for the terminal (ESC, U+202E).
+        sys.stdout.write(printable(result.text().rstrip("\n"), lines=True) + "\n")
     return 0

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from nvrx.display import some_of
 from nvrx.files import InputError, read_bounded, within_root
 
 
@@ -234,8 +235,9 @@ def pool_entries(source: str, pools_dir: Path | None = None) -> list[str]:
             raise PoolError(f"pool file {path} is not UTF-8 text (byte {exc.start})") from None
     words = split_pool(text)
     if "/" in text or (len(words) == 1 and ":" not in words[0]):
-        names = ", ".join([*NAMED_POOLS, *(pool_files(pools_dir))])
-        raise PoolError(f"pool {source!r} is not a pool name ({names}), a file or entries")
+        names = some_of([*NAMED_POOLS, *(pool_files(pools_dir))])
+        shown = repr(source) if len(source) <= 80 else repr(source[:77]) + "..."
+        raise PoolError(f"pool {shown} is not a pool name ({names}), a file or entries")
     return words
 
 

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from nvrx.campaign.pool import CampaignError
 from nvrx.config import ConfigError, SlurmTime
 from nvrx.config.yamlfile import parse_yaml
+from nvrx.display import did_you_mean, some_of
 from nvrx.files import InputError, read_bounded
 
 
@@ -48,6 +49,13 @@ class Workload(BaseModel):
 UPSTREAM_COLUMNS = ("name", "script", "base_experiments_dir", "description", "pool", "time")
 
 
+MAX_COLUMN = 4096  # a path as long as Linux allows
+
+
+def _plain_word(word: str) -> bool:
+    return len(word) <= MAX_COLUMN and word.isprintable()
+
+
 def parse_workloads_conf(text: str, source: str, base: Path) -> dict[str, Workload]:
     """Upstream's `workloads.conf` (the module docstring); a line with fewer than two columns,
     more than six, or a bad value stops the command naming the file and line."""
@@ -60,6 +68,12 @@ def parse_workloads_conf(text: str, source: str, base: Path) -> dict[str, Worklo
             raise WorkloadError(
                 f"workloads file {source} line {no}: expected NAME SCRIPT [BASE_EXPERIMENTS_DIR "
                 f"DESCRIPTION POOL_FILE TIME], got {len(words)} column(s)"
+            )
+        odd = [c for c, w in zip(UPSTREAM_COLUMNS, words, strict=False) if not _plain_word(w)]
+        if odd:  # a NUL would break the path later, a 5 MB name every message that names it
+            raise WorkloadError(
+                f"workloads file {source} line {no}: the {odd[0]} column holds a control "
+                f"character or is over {MAX_COLUMN} characters"
             )
         row = {k: v for k, v in zip(UPSTREAM_COLUMNS, words, strict=False) if v != "-"}
         name = row.pop("name")
@@ -137,5 +151,6 @@ def find_workload(name: str, registry: dict[str, Workload]) -> Workload:
     try:
         return registry[name]
     except KeyError:
-        known = ", ".join(sorted(registry))
-        raise WorkloadError(f"unknown workload {name!r} (known: {known})") from None
+        known = some_of(sorted(registry))
+        hint = did_you_mean(name, registry)
+        raise WorkloadError(f"unknown workload {name[:80]!r} (known: {known}){hint}") from None

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from nvrx.display import printable
 from nvrx.score.model import DIMENSIONS, PASS_VALUE, Case, Verdict
 from nvrx.score.report import Summary, percent
 
@@ -65,11 +66,11 @@ def render(
             notes = f"(cached) {notes}"
         table.add_row(
             str(i),
-            name,
+            printable(name),
             case.truth.fault.value,
             str(case.truth.rank),
             *(_value(v, d) for d in DIMENSIONS),
-            Text(notes),
+            Text(printable(notes)),
         )
     out.print(table)
     rates = ", ".join(f"{SHORT_NAMES[d]} {percent(r)}" for d, r in summary.rates.items())
@@ -93,7 +94,9 @@ def render(
     for case in changed:
         out.print(
             Text(
-                f"changed after the campaign judged it: {case.id}: {', '.join(case.changed)}",
+                printable(
+                    f"changed after the campaign judged it: {case.id}: {', '.join(case.changed)}"
+                ),
                 style="yellow",
             )
         )
@@ -106,5 +109,5 @@ def render(
     if summary.unscored:
         for case, v in zip(cases, verdicts, strict=True):
             if v.status == "unscored":
-                out.print(Text(f"unscored {case.id}: {v.reason}", style="red"))
+                out.print(Text(printable(f"unscored {case.id}: {v.reason}"), style="red"))
         out.print(Text(f"{summary.unscored} case(s) unscored: no verdict", style="bold red"))
