@@ -26,6 +26,10 @@ WALL = 20.0
 def settled_run(work: Path) -> None:
     """A healthy chain whose files are older than the cache's racy window (so it caches them)."""
     healthy_run(work)
+    settle(work)
+
+
+def settle(work: Path) -> None:
     old = os.stat(work).st_mtime - 60
     for path in [work, *work.rglob("*")]:
         os.utime(path, (old, old))
@@ -104,3 +108,48 @@ def test_a_cycle_cache_that_is_a_fifo_never_blocks_the_pass(tmp_path: Path, home
     again = watch(work, state, home)
     assert_no_traceback(again)
     assert again.code == 0, again.describe()
+
+
+HUGE = 10**400
+ANCIENT = "0001-01-01T00:00:00+00:00"
+
+
+def huge_counters(doc: dict[str, Any]) -> None:
+    doc["checkpoint"]["value"] = doc["checkpoint"]["high"] = HUGE
+    doc["cycle_high"] = {"901.0": HUGE}
+
+
+def ancient_times(doc: dict[str, Any]) -> None:
+    doc["checkpoint"]["first_seen"] = ANCIENT
+    doc["last_pass"] = "9999-12-31T23:59:59+00:00"
+    doc["saves"] = [[1, ANCIENT, "0001-01-01T00:00:01+00:00"]]
+    doc["spans"] = [["901", ANCIENT, None, None, None]]
+
+
+def negative_shares(doc: dict[str, Any]) -> None:
+    assert doc["goodput_shares"], "no share remembered to tamper with"
+    doc["goodput_shares"] = {k: [v[0], [-(10**9)] * 5] for k, v in doc["goodput_shares"].items()}
+
+
+@pytest.mark.parametrize("tamper", [huge_counters, ancient_times, negative_shares])
+def test_a_state_file_out_of_range_is_no_traceback_and_no_negative_time(
+    tmp_path: Path, home: Path, tamper: Callable[[dict[str, Any]], None]
+) -> None:
+    from ..test_watch_timeline import two_generations
+
+    work, state = tmp_path / "work", tmp_path / "state"
+    two_generations(work)  # a closed generation: its goodput share is remembered
+    settle(work)
+    assert watch(work, state, home).code in (0, 1)
+    assert watch(work, state, home).code in (0, 1)
+    (path,) = state.glob("*/state.json")
+    doc = json.loads(path.read_text())
+    tamper(doc)
+    path.write_text(json.dumps(doc))
+    again = watch(work, state, home)
+    assert_no_traceback(again)
+    assert again.code in (0, 1), again.describe()
+    good = json.loads(again.stdout)["goodput"]
+    assert 0 <= good["fraction"] <= 1, again.describe()
+    assert min(good["seconds"].values()) >= 0, good  # no category below nothing
+    assert not any(n.startswith("-") for n in good["notes"]), good

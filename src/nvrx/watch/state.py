@@ -13,7 +13,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +29,28 @@ _SAVES_KEPT = 5000
 _SPANS_KEPT = 2000
 
 
+# The ranges a value of the state may take (anything else is left out: the state is a cache,
+# and a 400-digit counter or a time in year 1 would overflow the arithmetic that uses it).
+_EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+_LATEST = datetime(2200, 1, 1, tzinfo=UTC)
+_MAX_COUNT = 1 << 63
+
+
 def _time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
+    if not isinstance(value, str) or len(value) > 40:
         return None
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
         return None
-    return parsed if parsed.tzinfo is not None else None
+    if parsed.tzinfo is None or not _EARLIEST <= parsed < _LATEST:
+        return None
+    return parsed
+
+
+def _count(value: Any) -> bool:
+    """A counter the state may hold: an int (not a bool) in [0, 2**63)."""
+    return type(value) is int and 0 <= value < _MAX_COUNT
 
 
 @dataclass
@@ -227,7 +241,7 @@ def load_state(path: Path) -> WatchState:
     ckpt: dict[str, Any] = raw_ckpt if isinstance(raw_ckpt, dict) else {}
     advances: list[tuple[int, datetime]] = []
     for item in ckpt.get("advances") or []:
-        if isinstance(item, list) and len(item) == 2 and isinstance(item[0], int):
+        if isinstance(item, list) and len(item) == 2 and _count(item[0]):
             when = _time(item[1])
             if when is not None:
                 advances.append((item[0], when))
@@ -247,14 +261,14 @@ def load_state(path: Path) -> WatchState:
     cycle_high = {
         k: v
         for k, v in (raw_cycles.items() if isinstance(raw_cycles, dict) else ())
-        if isinstance(k, str) and type(v) is int
+        if isinstance(k, str) and _count(v)
     }
     return WatchState(
-        checkpoint_high=high if type(high) is int else None,
+        checkpoint_high=high if _count(high) else None,
         cycle_high=cycle_high,
         last_pass=_time(data.get("last_pass")),
         last_success=times(data.get("last_success")),
-        checkpoint_value=value if isinstance(value, int) else None,
+        checkpoint_value=value if _count(value) else None,
         checkpoint_first_seen=_time(ckpt.get("first_seen")),
         checkpoint_advances=advances,
         checkpoint_text=text if isinstance(text := ckpt.get("text"), str) else None,
@@ -276,7 +290,7 @@ def _saves(raw: Any) -> list[SaveSeen]:
     """The remembered saves; an item that is not one is left out (the state is a cache)."""
     out = []
     for item in raw if isinstance(raw, list) else ():
-        if isinstance(item, list) and len(item) == 3 and type(item[0]) is int:
+        if isinstance(item, list) and len(item) == 3 and _count(item[0]):
             at, until = _time(item[1]), _time(item[2])
             if at is not None and until is not None:
                 out.append(SaveSeen(item[0], at, until))
@@ -308,7 +322,7 @@ def _shares(raw: Any) -> dict[str, list[Any]]:
             and len(value) == 2
             and isinstance(value[1], list)
             and len(value[1]) == 5
-            and all(type(n) is int for n in value[1])
+            and all(_count(n) for n in value[1])
         ):
             out[key] = value
     return out
