@@ -67,7 +67,7 @@ def test_nothing_from_a_log_or_a_judge_becomes_markup() -> None:
         experiment_dir="/s/n2_SEGFAULT_r1_i5",
     )
     record = Record(0, Experiment(FaultType("SEGFAULT"), 1, 5, 2), Path("/s/n2_SEGFAULT_r1_i5"))
-    row = Row(record, case, Verdict(case="c1", status="scored", judge="rules", notes=hostile))
+    row = Row(record, case, Verdict.model_validate({**verdict(), "case": "c1", "notes": hostile}))
     evidence = html.Evidence(excerpt=hostile, attribution=hostile, fr_table=hostile)
     page = html.page(Path("/s"), [row], (False, hostile), [evidence], None)
     assert "<script" not in page and "<img" not in page

@@ -153,3 +153,31 @@ def test_a_state_file_out_of_range_is_no_traceback_and_no_negative_time(
     assert 0 <= good["fraction"] <= 1, again.describe()
     assert min(good["seconds"].values()) >= 0, good  # no category below nothing
     assert not any(n.startswith("-") for n in good["notes"]), good
+
+
+def test_a_journalled_verdict_that_is_no_verdict_stops_report_naming_the_line(
+    tmp_path: Path, home: Path
+) -> None:
+    import shutil
+
+    from ..conftest import SCORE_DEMO
+    from .harness import assert_bad_input
+
+    for damage in ("a string", "no dimensions"):
+        session = tmp_path / damage / "fault_injection" / SCORE_DEMO.name
+        shutil.copytree(SCORE_DEMO, session)
+        journal = session / "journal.jsonl"
+        lines = journal.read_text().splitlines()
+        at = next(i for i, line in enumerate(lines) if '"analysed"' in line)
+        event = json.loads(lines[at])
+        if damage == "a string":
+            event["verdict"] = "great"
+        else:
+            for d in ("restart_correct", "rank_primary", "rank_any", "fault_described"):
+                event["verdict"].pop(d)
+        lines[at] = json.dumps(event)
+        journal.write_text("\n".join(lines) + "\n")
+        proc = run_nvrx("report", str(session), cwd=home, wall=WALL)
+        assert_bad_input(proc, f"journal.jsonl line {at + 1}", "--force")
+        forced = run_nvrx("report", str(session), "--force", cwd=home, wall=WALL)
+        assert forced.code == 0 and "1 unscored" in forced.stdout, forced.describe()

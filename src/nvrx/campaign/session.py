@@ -49,7 +49,7 @@ class JournalError(SessionError):
     """A journal (or tracking file) line that cannot be read: named by file and line."""
 
 
-_FORCE_HINT = " (report --force and inject-loop --reanalyze --force skip such lines)"
+FORCE_HINT = " (report --force and inject-loop --reanalyze --force skip such lines)"
 # How far back from the end a write cut short by a crash is looked for: one record's worth.
 _TORN_SEARCH = 1 << 20
 
@@ -202,7 +202,7 @@ class Journal:
             elif force:
                 skipped.append(n)
             else:
-                raise JournalError(f"{self.path} line {n}: {problem}{_FORCE_HINT}")
+                raise JournalError(f"{self.path} line {n}: {problem}{FORCE_HINT}")
         return JournalLines(events, tuple(skipped), torn)
 
 
@@ -227,6 +227,7 @@ class Record:
     ahead_of: int | None = None  # the blocked experiment it was submitted before (pool index)
     analysis: dict[str, Any] | None = None  # the latest `analysed` event (validity, decision...)
     verdict: dict[str, Any] | None = None  # the verdict of that analysis
+    analysed_line: int = 0  # the journal line of that event (an error about it names it)
 
     @property
     def analysed(self) -> bool:
@@ -268,6 +269,7 @@ class SessionState:
     records: list[Record] = field(default_factory=list)
     interruptions: int = 0
     skipped_lines: tuple[int, ...] = ()  # damaged journal lines a forced read skipped
+    journal_path: Path | None = None  # what an error about one of its lines names
     orphaned_events: int = 0  # and the events about experiments those lines planned
     torn_tail: bool = False  # the last line was a write cut short by a crash
     passed_over: set[int] = field(default_factory=set)  # experiments something went ahead of
@@ -305,12 +307,12 @@ class SessionState:
 def replay(journal: JournalLines, session_dir: Path, *, force: bool = False) -> SessionState:
     """Fold the events into the session's state. An event whose fields are damaged is an error
     naming the file and line (JournalError); with `force` it is skipped and counted."""
-    state = SessionState(torn_tail=journal.torn_tail)
+    state = SessionState(torn_tail=journal.torn_tail, journal_path=session_dir / JOURNAL_NAME)
     skipped = list(journal.skipped)
     orphaned = 0
     for n, ev in journal.events:
         try:
-            _apply(state, ev, session_dir)
+            _apply(state, ev, session_dir, n)
         except (KeyError, TypeError, ValueError, PoolError) as exc:
             if force:
                 if isinstance(exc, _Unplanned) and skipped:
@@ -321,7 +323,7 @@ def replay(journal: JournalLines, session_dir: Path, *, force: bool = False) -> 
             detail = str(exc)[:200]
             raise JournalError(
                 f"{session_dir / JOURNAL_NAME} line {n}: event {str(ev.get('event'))[:40]!r} "
-                f"is damaged: {type(exc).__name__}: {detail}{_FORCE_HINT}"
+                f"is damaged: {type(exc).__name__}: {detail}{FORCE_HINT}"
             ) from None
     state.skipped_lines = tuple(sorted(skipped))
     state.orphaned_events = orphaned
@@ -338,7 +340,7 @@ _RECORD_EVENTS = frozenset(
 )
 
 
-def _apply(state: SessionState, ev: dict[str, Any], session_dir: Path) -> None:
+def _apply(state: SessionState, ev: dict[str, Any], session_dir: Path, line: int = 0) -> None:
     kind = ev.get("event")
     if kind == "session":
         state.info = ev
@@ -386,8 +388,11 @@ def _apply(state: SessionState, ev: dict[str, Any], session_dir: Path) -> None:
         elif kind == "cancelled":
             r.cancelled = ev.get("reason")
         elif kind == "analysed":  # the latest wins: --reanalyze appends, never rewrites
+            verdict = ev.get("verdict")
+            if verdict is not None and not isinstance(verdict, dict):
+                raise TypeError(f"its verdict is a {type(verdict).__name__}, not an object")
             r.analysis = {k: v for k, v in ev.items() if k not in ("event", "verdict")}
-            r.verdict = ev.get("verdict")
+            r.verdict, r.analysed_line = verdict, line
 
 
 class Session:

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from nvrx.campaign.pool import CampaignError
-from nvrx.campaign.session import Record, Session, SessionState
+from nvrx.campaign.session import FORCE_HINT, JournalError, Record, Session, SessionState
 from nvrx.config import STOP_DIMENSIONS
 from nvrx.score import report as score_report
 from nvrx.score.load import changed_since_judged
@@ -86,7 +86,7 @@ def _pending(case: Case, why: str) -> Verdict:
     return Verdict(case=case.id, status="unscored", judge="none", reason=why)
 
 
-def rows(state: SessionState) -> list[Row]:
+def rows(state: SessionState, *, force: bool = False) -> list[Row]:
     """One row per planned experiment, in pool order; one that has not ended, or whose verdict
     is not there yet (or cannot be read), is an `unscored` row saying so, never a missing row."""
     gpus = state.gpus_per_node()
@@ -113,8 +113,18 @@ def rows(state: SessionState) -> list[Row]:
         else:
             try:
                 verdict = Verdict.model_validate(r.verdict)
-            except ValidationError:
-                verdict = _pending(case, "the journalled verdict cannot be read")
+            except ValidationError as exc:
+                # A damaged record, like any other journal line: it stops the command, naming
+                # the line (--force makes it an unscored row that says so).
+                why = exc.errors()[0]
+                where = ".".join(map(str, why["loc"])) or "verdict"
+                problem = f"its verdict is damaged ({where}: {why['msg']})"
+                if not force:
+                    raise JournalError(
+                        f"{state.journal_path} line {r.analysed_line}: event 'analysed' "
+                        f"{problem}{FORCE_HINT}"
+                    ) from None
+                verdict = _pending(case, f"the journalled verdict cannot be read: {problem}")
         out.append(Row(r, case, verdict))
     return out
 
@@ -289,7 +299,7 @@ def session_rows(session_dir: Path, *, force: bool = False) -> list[Row]:
     """The journal's rows, each case saying which judged files changed since (read now)."""
     return [
         replace(r, case=replace(r.case, changed=changed_since_judged(r.record)))
-        for r in rows(Session.open(session_dir).state(force=force))
+        for r in rows(Session.open(session_dir).state(force=force), force=force)
     ]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from nvrx.campaign.pool import FaultType, PoolError
 
@@ -255,6 +255,15 @@ class Verdict(BaseModel):
     cache_hit: bool = False
     agreement: float | None = None  # vote only: share of dimensions all judges agreed on
     judges: list[Verdict] | None = None  # vote only: the voters' verdicts
+
+    @model_validator(mode="after")
+    def _scored_names_every_dimension(self) -> Verdict:
+        # A "scored" verdict without its dimensions would read as failing every one of them.
+        if self.status == "scored":
+            missing = [d for d in DIMENSIONS if getattr(self, d) is None]
+            if missing:
+                raise ValueError(f"a scored verdict without {', '.join(missing)}")
+        return self
 
     def dimensions(self) -> dict[str, str | None]:
         return {d: getattr(self, d) for d in DIMENSIONS}
