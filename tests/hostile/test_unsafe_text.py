@@ -202,3 +202,29 @@ def test_a_workloads_file_column_with_a_nul_or_megabytes_is_one_line(
     )  # fmt: skip
     line = assert_bad_input(proc, "workloads.conf line 1", "script column")
     assert len(line) < 500
+
+
+def test_a_fifo_where_a_session_keeps_a_log_is_an_error_not_an_empty_log(
+    tmp_path: Path, home: Path
+) -> None:
+    import shutil
+
+    from ..conftest import SCORE_DEMO
+
+    session = tmp_path / "fault_injection" / SCORE_DEMO.name
+    shutil.copytree(SCORE_DEMO, session)
+    log = next(session.glob("n2_SEGFAULT_*/logs/slurm/*.main_workload.log"))
+    log.unlink()
+    os.mkfifo(log)
+    proc = run_nvrx("score", str(session), "--judge", "rules", cwd=home, wall=WALL)
+    assert_bad_input(proc, "job log", "not a regular file")
+
+
+def test_an_empty_at_file_is_said_on_stderr(tmp_path: Path, home: Path) -> None:
+    fifo = tmp_path / "attribution"
+    os.mkfifo(fifo)  # nobody writes: it reads as empty
+    proc = run_nvrx(
+        "score", "--fault-type", "SEGFAULT", "--rank", "1", "--iter", "3", "--nodes", "1",
+        "--log-output", f"@{fifo}", "--judge", "rules", cwd=home, wall=WALL,
+    )  # fmt: skip
+    assert_bad_input(proc, "attribution", "is empty")

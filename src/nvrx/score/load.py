@@ -87,14 +87,24 @@ def read_text(path: Path, what: str, root: Path | None = None) -> str:
     cannot be built, or bad input to `nvrx score`). With `root` (the session), a file whose
     real path leads out of it is refused (`files.within_root`)."""
     try:
-        return files.read_text(files.within_root(path, root, what) if root else path, what)
+        if root is None:
+            return files.read_text(path, what)
+        # A session's file is a regular file inside it: a FIFO there would read as empty.
+        real = files.within_root(path, root, what)
+        return files.decode_text(files.read_bounded(real, what, regular_only=True)[0])
     except files.InputError as exc:
         raise ScoreError(str(exc)) from None
 
 
 def text_or_file(value: str, what: str) -> str:
-    """A flag's text, or `@PATH` for the contents of PATH (upstream passes the text itself)."""
-    return read_text(Path(value[1:]), what) if value.startswith("@") else value
+    """A flag's text, or `@PATH` for the contents of PATH (upstream passes the text itself). A
+    file that holds nothing (a pipe whose writer never came) is a mistake, said as one."""
+    if not value.startswith("@"):
+        return value
+    text = read_text(Path(value[1:]), what)
+    if not text.strip():
+        raise ScoreError(f"{what} {value[1:]}: is empty")
+    return text
 
 
 def _restart_key(path: Path) -> tuple[int, str]:
