@@ -162,13 +162,59 @@ def _decode(path: Path, raw: bytes) -> Any:
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # a 5,000-digit number
             raise FrError(f"{path}: not valid JSON: {_one_line(exc)[:200]}") from None
     try:
-        return _PlainDataUnpickler(io.BytesIO(raw)).load()
+        value = _PlainDataUnpickler(io.BytesIO(raw)).load()
+        _check_expanded(value, path)
+        return value
+    except FrError:
+        raise
     except pickle.UnpicklingError as exc:
         raise FrError(f"{path}: not a flight-recorder dump: {_one_line(exc)}") from None
     except Exception as exc:  # a corrupt pickle fails in many ways (EOF, bad opcodes, ...)
         raise FrError(
             f"{path}: not a flight-recorder dump: {type(exc).__name__}: {_one_line(exc)}"
         ) from None
+
+
+# What a dump may hold once every shared reference is counted where it is used: a pickle's
+# memo lets 30 KB name one 1000×1000 list a thousand times (a billion values to walk).
+MAX_EXPANDED_VALUES = 20_000_000
+
+
+def _check_expanded(root: Any, path: Path) -> None:
+    """FrError when `root`, its shared parts counted at every use, holds more than
+    MAX_EXPANDED_VALUES values, or contains itself. Linear in the distinct objects."""
+    size: dict[int, int] = {}  # id → expanded size, for containers done
+    open_: set[int] = set()  # containers being walked (a cycle comes back to one)
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        value, done = stack.pop()
+        if not isinstance(value, list | tuple | dict | set | frozenset):
+            continue
+        key = id(value)
+        if done:
+            children = value.items() if isinstance(value, dict) else value
+            total = 1
+            for child in children:
+                for part in child if isinstance(value, dict) else (child,):
+                    total += size.get(id(part), 1)
+            if total > MAX_EXPANDED_VALUES:
+                raise FrError(
+                    f"{path}: not a flight-recorder dump: holds more than "
+                    f"{MAX_EXPANDED_VALUES:,} values once its shared parts are counted"
+                )
+            size[key] = total  # (every object lives as long as `root`: no id is reused)
+            open_.discard(key)
+            continue
+        if key in size:
+            continue
+        if key in open_:
+            raise FrError(f"{path}: not a flight-recorder dump: it contains itself")
+        open_.add(key)
+        stack.append((value, True))
+        items = value.items() if isinstance(value, dict) else value
+        for child in items:
+            for part in child if isinstance(value, dict) else (child,):
+                stack.append((part, False))
 
 
 def _show(value: Any) -> str:

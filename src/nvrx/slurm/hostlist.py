@@ -16,8 +16,10 @@ from nvrx.slurm.errors import SlurmParseError
 
 _BRACKET_RE = re.compile(r"\[([^\[\]]*)\]")
 _TRAILING_NUMBER_RE = re.compile(r"^(.*?)(\d+)$")
-# A hostlist is at most a few thousand nodes; refuse absurd ranges instead of allocating them.
-MAX_EXPANDED_HOSTS = 1_000_000
+# A hostlist is at most a few thousand nodes (the largest clusters have about 12,000); refuse
+# absurd ranges instead of allocating them: 48 cycle files naming a million hosts each would
+# take gigabytes.
+MAX_EXPANDED_HOSTS = 16_384
 
 
 def _split_top_level(expr: str) -> list[str]:

@@ -9,7 +9,6 @@ reason, never a guess.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import re
 from collections.abc import Sequence
@@ -100,10 +99,25 @@ def parse_utc(text: str, key: str = "time") -> datetime:
         raise CycleParseError(f"{key}: invalid date/time {_show(text)}: {exc}") from None
 
 
-@functools.lru_cache(maxsize=1024)
+# Expanded hostlists, memoised: thousands of cycle files share a handful of hostlists. The memo
+# holds at most _MEMO_NAMES names in all (it starts again past that), whatever the files say.
+_MEMO_NAMES = 1 << 20
+_memo: dict[str, tuple[str, ...]] = {}
+_memo_names = 0
+
+
 def _hosts(expr: str) -> tuple[str, ...]:
-    """Expanded hostlist, memoised: thousands of cycle files share a handful of hostlists."""
-    return tuple(expand(expr))
+    global _memo_names
+    found = _memo.get(expr)
+    if found is not None:
+        return found
+    hosts = tuple(expand(expr))
+    if _memo_names + len(hosts) > _MEMO_NAMES:
+        _memo.clear()
+        _memo_names = 0
+    _memo[expr] = hosts
+    _memo_names += len(hosts)
+    return hosts
 
 
 def _hostlist(value: Any, key: str) -> tuple[str, ...]:
