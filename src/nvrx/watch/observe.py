@@ -9,6 +9,7 @@ recorded in the snapshot, never read as "nothing running" (docs/slurm-adapter.md
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import replace
@@ -17,7 +18,6 @@ from pathlib import Path
 from typing import TypeVar
 
 from nvrx.config import WatchSettings
-from nvrx.display import printable
 from nvrx.files import InputError, InputTooLarge, read_bounded
 from nvrx.slurm import JobState, QueueRow, Slurm, SlurmError, SlurmValueError
 from nvrx.slurm.parse import AccountingRow
@@ -85,16 +85,14 @@ def read_checkpoint(
             raise ValueError(digits)
         value = int(digits)
     except (UnicodeDecodeError, ValueError):
-        text = printable(raw.decode("utf-8", "replace").strip()[:40])
+        # Said by its size, never quoted, and remembered by a digest: the file may be anything
+        # (a link to a key file), and the state and every message would carry it.
+        text = f"sha256:{hashlib.sha256(raw).hexdigest()[:16]}"
         since = state.see_checkpoint_text(text, now)
         if since is None:  # first seen: maybe caught mid-write; the next pass tells
             return _last_known(path, state, "not an integer (being written?)", interval)
-        held = replace(
-            _last_known(path, state, f"not an integer: {text!r} since {since:%Y-%m-%dT%H:%M:%SZ}",
-                        interval),
-            not_integer_since=since,
-        )  # fmt: skip
-        return held
+        what = f"not an integer ({len(raw)} bytes, unchanged since {since:%Y-%m-%d %H:%M:%S} UTC)"
+        return replace(_last_known(path, state, what, interval), not_integer_since=since)
     state.see_checkpoint_text(None, now)
     state.see_checkpoint(value, mtime, now)
     return Checkpoint(
