@@ -17,7 +17,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ import pytest
 
 from nvrx.inject.report import write_html
 
+from .loopback import LoopbackListener
 from .test_inject_html import demo_copy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,36 +36,20 @@ if CHROMIUM is None and os.environ.get("NVRX_REQUIRE_BROWSER") == "1":
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium (apt install chromium)")
 
 
-class Proxy:
+class Proxy(LoopbackListener):
     """A TCP listener that counts the connections a browser opens to it (its only proxy)."""
 
     def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
         self.requests: list[str] = []  # the first line of each: CONNECT host:port, GET url
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        super().__init__()
 
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            with conn:  # nothing is served: a request only needs to be seen
-                conn.settimeout(2)
-                try:
-                    head = conn.recv(4096).split(b"\r\n", 1)[0]
-                except OSError:
-                    head = b"?"
-                self.requests.append(head.decode("latin-1"))
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self.sock.close()
+    def handle(self, conn: socket.socket) -> None:  # nothing is served: a request is seen
+        conn.settimeout(2)
+        try:
+            head = conn.recv(4096).split(b"\r\n", 1)[0]
+        except OSError:
+            head = b"?"
+        self.requests.append(head.decode("latin-1"))
 
 
 # Chromium's own services (component updates, sign-in, network time), which it calls whatever page

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from ..loopback import LoopbackListener
 from .harness import run_nvrx
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,49 +25,25 @@ TIMEOUT = 2.0  # watch.http_timeout in these tests: the pass must end soon after
 WALL = 15.0  # far below what a drip would take, far above a deadline kept
 
 
-class Dripper:
-    """A TCP server on loopback that accepts every connection and sends one byte of an HTTP
-    answer every `every` seconds, never finishing its headers (each read comes well within any
-    per-read timeout)."""
+class Dripper(LoopbackListener):
+    """A server that accepts every connection and sends one byte of an HTTP answer every
+    `every` seconds, never finishing its headers (each read comes well within any per-read
+    timeout)."""
 
     def __init__(self, every: float = 0.3) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
         self.every = every
-        self.connections = 0
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._serve, daemon=True)]
-        self._threads[0].start()
+        super().__init__(threaded=True)
+        self.url = f"http://127.0.0.1:{self.port}/hook"
 
-    def _serve(self) -> None:
-        while not self._stop.is_set():
+    def handle(self, conn: socket.socket) -> None:
+        for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"x" * 100_000:
+            if self.stopping:
+                return
             try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            self.connections += 1
-            t = threading.Thread(target=self._drip, args=(conn,), daemon=True)
-            t.start()
-            self._threads.append(t)
-
-    def _drip(self, conn: socket.socket) -> None:
-        answer = b"HTTP/1.1 200 OK\r\nX-Slow: " + b"x" * 100_000
-        with conn:
-            for byte in answer:
-                if self._stop.is_set():
-                    return
-                try:
-                    conn.sendall(bytes([byte]))
-                except OSError:
-                    return
-                time.sleep(self.every)
-
-    def close(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=2)
-        self.sock.close()
+                conn.sendall(bytes([byte]))
+            except OSError:
+                return
+            time.sleep(self.every)
 
 
 def storm_chain(tmp_path: Path) -> Path:
