@@ -292,6 +292,36 @@ def _os_error(what: str, path: Path | str, exc: OSError) -> InputError:
     return InputError(what, path, reason, exc.errno)
 
 
+# Opened for appending, never through a symlink (whoever can write the directory must not make
+# nvrx append to another user's file) and never blocking on a FIFO put in its place.
+_APPEND_FLAGS = (
+    os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+)
+
+
+def open_append(path: Path | str, what: str, *, read: bool = False) -> int:
+    """A blocking descriptor of the regular file `path`, opened (created) to append to, also to
+    read with `read`. InputError, nothing written, for a symlink, a FIFO, a directory or a file
+    that cannot be opened: every append nvrx makes (journals, tracking files, watch.log)."""
+    flags = (_APPEND_FLAGS & ~os.O_WRONLY) | os.O_RDWR if read else _APPEND_FLAGS
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            raise InputError(
+                f"the {what}", path, "is not a regular file (a symlink, directory or FIFO): "
+                "refusing to write to it; move it away",
+            ) from None  # fmt: skip
+        raise InputError(f"the {what}", path, f"cannot be written: {exc.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InputError(
+            f"the {what}", path, "is not a regular file: refusing to write to it; move it away"
+        )
+    os.set_blocking(fd, True)
+    return fd
+
+
 def write_atomic(path: Path, text: str, *, mode: int | None = None, durable: bool = False) -> None:
     """Write `text` to a temporary file beside `path`, then rename it over `path`: a reader (or
     a crash) sees the old file or the new one, never half of either. The directory is created

@@ -237,3 +237,22 @@ def test_no_watch_output_replaces_a_manifest_a_cycle_file_or_the_state(
         key = str(name.relative_to(tmp_path))
         assert after[key] == before[key]
     assert not future_cycle.exists()
+
+
+def test_watch_log_is_never_appended_through_a_link_or_into_a_fifo(
+    tmp_path: Path, home: Path
+) -> None:
+    from ..test_watch_run import healthy_run
+
+    work, state = tmp_path / "work", tmp_path / "state"
+    healthy_run(work)
+    base = ["watch", "--platform", "none", "--work-dir", str(work), "--state-dir", str(state)]
+    assert run_nvrx(*base, cwd=home, wall=WALL).code == 0
+    (log,) = state.glob("*/watch.log")
+    victim = home / ".bashrc"
+    victim.write_text("# mine\n")
+    for swap in ("link", "fifo"):
+        log.unlink()
+        log.symlink_to(victim) if swap == "link" else os.mkfifo(log)
+        refused(run_nvrx(*base, cwd=home, wall=WALL), "watch.log", "not a regular file")
+    assert victim.read_text() == "# mine\n"

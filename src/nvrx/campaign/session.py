@@ -22,14 +22,13 @@ from __future__ import annotations
 import errno
 import json
 import os
-import stat
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from nvrx.campaign.pool import CampaignError, Experiment, FaultType, PoolError
-from nvrx.files import InputError, read_bounded
+from nvrx.files import InputError, open_append, read_bounded
 
 TSV_NAME = "experiments.tsv"
 JOURNAL_NAME = "journal.jsonl"
@@ -55,31 +54,15 @@ _TORN_SEARCH = 1 << 20
 
 
 _CHUNK = 1 << 20
-# Opened for appending, never through a symlink (whoever can write a session dir must not
-# make nvrx append to another user's file) and never blocking on a FIFO put in its place.
-_APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
 
 
-def _open_append(path: Path, what: str, *, create: bool = True, read: bool = False) -> int:
-    """A regular file of the session opened to append to: SessionError for a symlink, a FIFO, a
-    directory or a file that cannot be opened (one line, nothing written)."""
-    flags = (_APPEND_FLAGS & ~os.O_WRONLY) | os.O_RDWR if read else _APPEND_FLAGS
+def _open_append(path: Path, what: str, *, read: bool = False) -> int:
+    """A regular file of the session opened to append to (`files.open_append`): SessionError,
+    one line with nothing written, for a link, a FIFO, a directory or an unopenable file."""
     try:
-        fd = os.open(path, flags | (os.O_CREAT if create else 0), 0o666)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
-            raise SessionError(
-                f"{path}: the {what} is not a regular file (a symlink, directory or FIFO): "
-                "refusing to write to it; move it away"
-            ) from None
-        raise SessionError(f"cannot write the {what} {path}: {exc.strerror}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise SessionError(
-            f"{path}: the {what} is not a regular file: refusing to write to it; move it away"
-        )
-    os.set_blocking(fd, True)
-    return fd
+        return open_append(path, what, read=read)
+    except InputError as exc:
+        raise SessionError(str(exc)) from None
 
 
 def _last_line_start(fd: int, size: int) -> int:

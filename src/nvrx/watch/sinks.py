@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 from nvrx.display import printable
-from nvrx.files import write_atomic
+from nvrx.files import open_append, write_atomic
 from nvrx.watch.goodput import CATEGORIES, Goodput
 from nvrx.watch.model import Finding, Severity, Snapshot
 
@@ -53,7 +54,9 @@ def file_logger(path: Path) -> logging.Logger:
         logger.propagate = False
         # Once: setLevel clears every logger's level cache, and a fleet has a logger per chain.
         logger.setLevel(logging.INFO)
-        handler = logging.FileHandler(path, encoding="utf-8")
+        # Appended through files.open_append: never through a link, never blocking on a FIFO.
+        stream = os.fdopen(open_append(path, "watch log"), "a", encoding="utf-8")
+        handler = logging.StreamHandler(stream)
         handler.setFormatter(_OneLineFormatter("%(asctime)s %(levelname)s %(message)s"))
         logger.addHandler(handler)
     return logger
