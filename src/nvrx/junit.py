@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from nvrx.display import printable
+
 Outcome = Literal["passed", "failure", "error", "skipped"]
 
 
@@ -28,23 +30,29 @@ class TestCase:
 
 def junit_xml(suite: str, properties: Mapping[str, str], cases: Sequence[TestCase]) -> str:
     """One `<testsuite>` with its counts, properties first (as the schema wants)."""
+    # Text from outside through display.printable: XML 1.0 cannot hold most control
+    # characters at all, and a CI page shows the rest raw.
     root = ET.Element("testsuite", name=suite)
     props = ET.SubElement(root, "properties")
     for key, value in properties.items():
-        ET.SubElement(props, "property", name=key, value=value)
+        ET.SubElement(props, "property", name=key, value=printable(value))
     counts = {"tests": len(cases), "failures": 0, "errors": 0, "skipped": 0}
     for case in cases:
-        element = ET.SubElement(root, "testcase", classname=case.classname, name=case.name)
+        element = ET.SubElement(
+            root, "testcase", classname=printable(case.classname), name=printable(case.name)
+        )
         element.set("time", f"{case.time:.3f}")
         if case.outcome == "skipped":
             counts["skipped"] += 1
-            ET.SubElement(element, "skipped", message=case.message)
+            ET.SubElement(element, "skipped", message=printable(case.message))
         elif case.outcome in ("failure", "error"):
             counts["failures" if case.outcome == "failure" else "errors"] += 1
-            child = ET.SubElement(element, case.outcome, message=case.message, type=case.kind)
-            child.text = case.text
+            child = ET.SubElement(
+                element, case.outcome, message=printable(case.message), type=case.kind
+            )
+            child.text = printable(case.text, lines=True)
         elif case.text:
-            ET.SubElement(element, "system-out").text = case.text
+            ET.SubElement(element, "system-out").text = printable(case.text, lines=True)
     for key, count in counts.items():
         root.set(key, str(count))
     ET.indent(root)

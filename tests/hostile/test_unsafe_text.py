@@ -137,12 +137,19 @@ def test_a_journalled_verdict_reaches_no_terminal_page_or_file_raw(
     for ev in events:
         if ev.get("event") == "analysed":
             ev["verdict"]["notes"] = HOSTILE
+            ev["verdict"]["rank_any"] = "false"  # a failure: its notes go into the JUnit file
     journal.write_text("".join(json.dumps(ev) + "\n" for ev in events))
-    page = tmp_path / "page.html"
-    proc = run_nvrx("report", str(session), "--html", str(page), cwd=home, wall=WALL)
+    page, junit = tmp_path / "page.html", tmp_path / "report.xml"
+    proc = run_nvrx(
+        "report", str(session), "--html", str(page), "--junit", str(junit), cwd=home, wall=WALL
+    )
     assert proc.code == 0, proc.describe()
     assert "evil" in proc.stdout and raw_controls(proc.output) == [], proc.describe()
     assert raw_controls(page.read_text()) == []
+    import xml.etree.ElementTree as ET
+
+    ET.parse(junit)  # well-formed: XML 1.0 cannot even hold ESC or BEL
+    assert "evil" in junit.read_text() and raw_controls(junit.read_text()) == []
 
 
 def test_a_chain_dir_named_to_reverse_the_screen_is_shown_escaped(

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from nvrx.display import printable
 from nvrx.junit import TestCase, junit_xml
 from nvrx.score.model import DIMENSIONS, PASS_VALUE, Case, ScoreError, Usage, Verdict
 
@@ -112,7 +113,7 @@ def _cell(value: str | None, verdict: Verdict) -> str:
 
 
 def _md(text: str) -> str:
-    return re.sub(r"\s+", " ", text).replace("|", "\\|").strip()
+    return printable(re.sub(r"\s+", " ", text).replace("|", "\\|").strip())
 
 
 def markdown(cases: Sequence[Case], verdicts: Sequence[Verdict]) -> str:
