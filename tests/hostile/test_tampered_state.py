@@ -181,3 +181,35 @@ def test_a_journalled_verdict_that_is_no_verdict_stops_report_naming_the_line(
         assert_bad_input(proc, f"journal.jsonl line {at + 1}", "--force")
         forced = run_nvrx("report", str(session), "--force", cwd=home, wall=WALL)
         assert forced.code == 0 and "1 unscored" in forced.stdout, forced.describe()
+
+
+def test_a_read_only_session_is_one_line_for_reanalyze_and_the_page(
+    tmp_path: Path, home: Path
+) -> None:
+    # Root writes through file modes, so the session is made read-only as a filesystem: a
+    # read-only bind mount of itself (skipped where mounting is not allowed).
+    import shutil
+    import subprocess
+
+    from ..conftest import SCORE_DEMO
+
+    session = tmp_path / "fault_injection" / SCORE_DEMO.name
+    shutil.copytree(SCORE_DEMO, session)
+    mounted = subprocess.run(["mount", "--bind", str(session), str(session)], check=False,
+                             capture_output=True)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {mounted.stderr.decode()[:100]}")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(session)], check=True)
+        before = (session / "journal.jsonl").read_bytes()
+        reanalyze = run_nvrx("inject-loop", "--reanalyze", str(session), cwd=home, wall=WALL)
+        assert_no_traceback(reanalyze)
+        assert reanalyze.code in (1, 2), reanalyze.describe()  # (which of the two: issue 29)
+        (line,) = reanalyze.stderr.splitlines()
+        assert "journal.jsonl" in line and "Read-only file system" in line, line
+        page = run_nvrx("report", str(session), "--html", cwd=home, wall=WALL)
+        assert_no_traceback(page)
+        assert page.code == 1 and "Read-only file system" in page.stderr, page.describe()
+        assert (session / "journal.jsonl").read_bytes() == before
+    finally:
+        subprocess.run(["umount", str(session)], check=False)
