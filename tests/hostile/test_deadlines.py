@@ -1,7 +1,7 @@
-"""Deadlines that slipped (issue 26, family 3): a sink, heartbeat or PagerDuty server that drips
+"""Deadlines that slipped: a sink, heartbeat or PagerDuty server that drips
 its answer or never finishes its headers, a key file that drips, a cache or torn file that is a
 FIFO. Each exchange has one total deadline kept by the clock; every open is non-blocking. Each
-is a regression that fails (by the harness's wall budget) on main 9b81a23."""
+test failed (by the harness's wall budget) before its fix."""
 
 from __future__ import annotations
 

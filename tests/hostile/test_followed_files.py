@@ -1,6 +1,6 @@
 """Files followed out of the session: whoever can write a session, chain or pools directory must
-not make nvrx read another user's file into an output, nor write to it. Each test is a
-regression of issue 26's first family and fails on main 9b81a23."""
+not make nvrx read another user's file into an output, nor write to it. Each test failed
+before its fix."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Secrets, second pass (issue 26, family 2): a key typed after the wrong separator, a key a
+"""Secrets, second pass: a key typed after the wrong separator, a key a
 server or analyser echoes in another case or split by invisible characters, a key an analyser
-writes into its own output file. Each is a regression that fails on main 9b81a23."""
+writes into its own output file. Each test failed before its fix."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""The watcher's own files, tampered with (issue 26, family 4): a cycle cache whose crc is valid
+"""The watcher's own files, tampered with: a cycle cache whose crc is valid
 over a cut zlib stream, whose summary does not match its rows, or that is a zlib bomb; a cache
 that is a FIFO. Never a traceback nor a MemoryError: the cache is derived data, so a damaged one
-is set aside, the cycle files read again, and the pass says so. Each fails on main 9b81a23."""
+is set aside, the cycle files read again, and the pass says so. Each test failed before its fix."""
 
 from __future__ import annotations
 
@@ -204,7 +204,9 @@ def test_a_read_only_session_is_one_line_for_reanalyze_and_the_page(
         before = (session / "journal.jsonl").read_bytes()
         reanalyze = run_nvrx("inject-loop", "--reanalyze", str(session), cwd=home, wall=WALL)
         assert_no_traceback(reanalyze)
-        assert reanalyze.code in (1, 2), reanalyze.describe()  # (which of the two: issue 29)
+        assert reanalyze.code in (1, 2), (
+            reanalyze.describe()
+        )  # (write_output says 1 for a failed write)
         (line,) = reanalyze.stderr.splitlines()
         assert "journal.jsonl" in line and "Read-only file system" in line, line
         page = run_nvrx("report", str(session), "--html", cwd=home, wall=WALL)

@@ -1,6 +1,6 @@
-"""Wrong answers and unsafe text (issue 26, family 5): what a completion puts on a command line,
+"""Wrong answers and unsafe text: what a completion puts on a command line,
 what --install-completion writes into, numbers written in other scripts, values read twice.
-Each is a regression that fails on main 9b81a23."""
+Each test failed before its fix."""
 
 from __future__ import annotations
 
