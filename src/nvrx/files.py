@@ -59,6 +59,12 @@ def _under(real: str, base: str) -> bool:
     return real == base or real.startswith(base.rstrip("/") + "/")
 
 
+def lexically_under(path: Path | str, root: Path | str) -> bool:
+    """`path`, as written (no link followed), names something inside `root`: a file nvrx would
+    read on the directory's behalf, whose real path `within_root` then checks."""
+    return _under(os.path.abspath(path), os.path.abspath(root))
+
+
 def within_root(path: Path | str, root: Path | str, what: str) -> Path:
     """`path`, resolved, when it stays inside `root` (a session, a chain's work dir, a pools
     folder) or a directory `limits.allowed_roots` names: a file nvrx reads on the directory's

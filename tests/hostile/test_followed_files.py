@@ -256,3 +256,29 @@ def test_watch_log_is_never_appended_through_a_link_or_into_a_fifo(
         log.symlink_to(victim) if swap == "link" else os.mkfifo(log)
         refused(run_nvrx(*base, cwd=home, wall=WALL), "watch.log", "not a regular file")
     assert victim.read_text() == "# mine\n"
+
+
+def test_a_checkpoint_file_linked_out_of_the_work_dir_is_refused_unless_its_root_is_named(
+    tmp_path: Path, home: Path
+) -> None:
+    import json
+
+    from ..test_watch_run import healthy_run
+
+    work = tmp_path / "work"
+    healthy_run(work)
+    (ckpt,) = work.rglob("latest_checkpointed_iteration.txt")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (scratch / "latest_checkpointed_iteration.txt").write_text("400\n")
+    ckpt.unlink()
+    ckpt.symlink_to(scratch / "latest_checkpointed_iteration.txt")
+    base = ["watch", "--platform", "none", "--work-dir", str(work), "--json"]
+    proc = run_nvrx(*base, "--state-dir", str(tmp_path / "s1"), cwd=home, wall=WALL)
+    got = json.loads(proc.stdout)["snapshot"]["checkpoint"]
+    assert got["value"] is None and "leads out of" in got["error"], proc.describe()
+    allowed = run_nvrx(
+        *base, "--state-dir", str(tmp_path / "s2"), "--set", f"limits.allowed_roots={scratch}",
+        cwd=home, wall=WALL,
+    )  # fmt: skip
+    assert json.loads(allowed.stdout)["snapshot"]["checkpoint"]["value"] == 400, allowed.describe()

@@ -8,14 +8,13 @@ minimum) with an error naming the entry; duplicates are reported, and kept only 
 from __future__ import annotations
 
 import enum
-import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from nvrx.display import some_of
-from nvrx.files import InputError, read_bounded, within_root
+from nvrx.files import InputError, lexically_under, read_bounded, within_root
 
 
 class CampaignError(ValueError):
@@ -225,7 +224,7 @@ def pool_entries(source: str, pools_dir: Path | None = None) -> list[str]:
         try:
             # A file of the pools folder (by name, or a registry's pool column) is read on the
             # folder's behalf: it may not lead out of it (files.within_root).
-            if pools_dir is not None and _lexically_under(path, pools_dir):
+            if pools_dir is not None and lexically_under(path, pools_dir):
                 path = within_root(path, pools_dir, "pool file")
             data, _ = read_bounded(path, "pool file")
             return _file_entries(data.decode("utf-8"), path)
@@ -239,10 +238,6 @@ def pool_entries(source: str, pools_dir: Path | None = None) -> list[str]:
         shown = repr(source) if len(source) <= 80 else repr(source[:77]) + "..."
         raise PoolError(f"pool {shown} is not a pool name ({names}), a file or entries")
     return words
-
-
-def _lexically_under(path: Path, root: Path) -> bool:
-    return Path(os.path.abspath(path)).is_relative_to(os.path.abspath(root))
 
 
 def _file_entries(text: str, path: Path) -> list[str]:

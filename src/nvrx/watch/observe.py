@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from nvrx.config import WatchSettings
-from nvrx.files import InputError, InputTooLarge, read_bounded
+from nvrx.files import InputError, InputTooLarge, lexically_under, read_bounded, within_root
 from nvrx.slurm import JobState, QueueRow, Slurm, SlurmError, SlurmValueError
 from nvrx.slurm.parse import AccountingRow
 from nvrx.watch.cyclecache import CycleCache
@@ -51,15 +51,23 @@ FUTURE_TOLERANCE = 300.0
 
 
 def read_checkpoint(
-    path: str | None, state: WatchState, now: datetime, save_every: int | None = None
+    path: str | None,
+    state: WatchState,
+    now: datetime,
+    save_every: int | None = None,
+    work_dir: str | None = None,
 ) -> Checkpoint:
     """The checkpoint iteration (one integer) and its mtime; the state remembers since when
     the value is unchanged. A missing file is no value, not an error. A file that cannot be read
-    right now (being rewritten, unreadable) keeps the last value seen, with the error noted."""
+    right now (being rewritten, unreadable) keeps the last value seen, with the error noted.
+    A path inside the chain's `work_dir` is read on its behalf: a link out of it is refused
+    (`files.within_root`; a checkpoint dir on scratch is named by `limits.allowed_roots`)."""
     if path is None:
         return Checkpoint(None)
     interval = state.save_interval_seconds(save_every)
     try:
+        if work_dir and os.path.lexists(path) and lexically_under(path, work_dir):
+            path = str(within_root(path, work_dir, "checkpoint file"))
         raw, st = read_bounded(path, "checkpoint file", limit=_CHECKPOINT_CAP, regular_only=True)
     except InputTooLarge:
         return _last_known(path, state, "not an integer (too large)", interval)
@@ -68,7 +76,7 @@ def read_checkpoint(
             if not state.saves:
                 state.unsaved_until = now  # goodput: no save had been made by now
             return Checkpoint(path, save_interval_seconds=interval)
-        reason = f"unreadable: {os.strerror(exc.errno)}" if exc.errno else "not a regular file"
+        reason = f"unreadable: {os.strerror(exc.errno)}" if exc.errno else exc.reason
         return _last_known(path, state, reason, interval)
     mtime = datetime.fromtimestamp(st.st_mtime, UTC)
     if raw.strip() == b"release":
@@ -300,7 +308,11 @@ def observe(
         ]
     current = cycles[-1].job_id if cycles else None
     checkpoint = read_checkpoint(
-        target.checkpoint_path(current), state, now, target.chain.save_interval_iterations
+        target.checkpoint_path(current),
+        state,
+        now,
+        target.chain.save_interval_iterations,
+        target.chain.work_dir,
     )
     drops = state.see_counters(None if checkpoint.error else checkpoint.value, cycles)
     if platform is None and slurm is not None:
