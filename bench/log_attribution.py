@@ -46,13 +46,20 @@ def accuracy() -> None:
     cases = load_corpus()
     by_category: Counter[tuple[str, bool]] = Counter()
     by_format: Counter[tuple[str, bool]] = Counter()
+    by_part: Counter[tuple[str, bool]] = Counter()
     for case in cases:
         ok = not case.disagreements(attribute_log(case.text))
         by_category[(case.category, ok)] += 1
+        by_part[(case.part, ok)] += 1
         for fmt in case.formats:
             by_format[(fmt, ok)] += 1
     total = sum(n for (_, ok), n in by_category.items() if ok)
     print(f"corpus: {total} of {len(cases)} cases agree ({100 * total / max(len(cases), 1):.0f}%)")
+    # The held-out part first: its figure is the one that says how the rules generalise.
+    for part in ("check", "tune"):
+        good, bad = by_part[(part, True)], by_part[(part, False)]
+        share = f"{100 * good / (good + bad):.0f}%" if good + bad else "no case yet"
+        print(f"  {part}: {good} of {good + bad} ({share})")
     for title, counts in (("category", by_category), ("format", by_format)):
         print(f"  by {title}:")
         for name in sorted({k for k, _ in counts}):
