@@ -131,3 +131,24 @@ def test_a_non_ascii_letter_that_lower_casing_widens_turns_the_gate_off_not_wron
 def test_what_slurm_and_nccl_print_names_its_failure(line: str, fault: str) -> None:
     result = attribute_log(f"iteration 5 / 100\n{line}\n")
     assert result.fault_class == fault
+
+
+def test_the_agents_fan_out_of_sigterm_is_a_consequence_not_the_failure() -> None:
+    # torch elastic stops the survivors before it names the worker that failed.
+    log = (
+        "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 101 closing "
+        "signal SIGTERM\n"
+        "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 102 closing "
+        "signal SIGTERM\n"
+        "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 3 "
+        "(pid: 103) of binary: /usr/bin/python\n"
+    )
+    result = attribute_log(log)
+    assert result.category == "resource", result.text()
+    assert result.decision.startswith("STOP")
+    # An outside SIGTERM still says so in its own words, and is the failure.
+    outside = (
+        "WARNING:torch.distributed.elastic.agent.server.api:Received 15 death signal, shutting "
+        "down workers\n" + log.split("\n")[0] + "\n"
+    )
+    assert attribute_log(outside).category == "infrastructure"

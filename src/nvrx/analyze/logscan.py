@@ -152,8 +152,17 @@ def line_rank(line: str) -> int | None:
     return None
 
 
+# The launcher's own fan-out once a rank failed: torch elastic's agent stops the surviving
+# workers (`Sending process 59460 closing signal SIGTERM`). A consequence, never a failure: the
+# rank that failed is named elsewhere (`failed (exitcode: -9) local_rank: 3`), and an outside
+# SIGTERM says so in its own words (`Received 15 death signal`).
+_FAN_OUT = re.compile(r"Sending process \d+ closing signal SIG[A-Z]+")
+
+
 def _failure(no: int, line: str) -> Failure | None:
     text = line[:MAX_LINE]
+    if _FAN_OUT.search(text):
+        return None
     for fault, pattern in PATTERNS:
         if pattern.search(text):
             return Failure(fault, line_rank(line), no, text.strip())
