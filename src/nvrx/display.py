@@ -3,8 +3,8 @@ made safe to print or log: one line, no terminal control sequences, encodable.
 
 A cycle-file name with a newline would forge a line in `watch.log`; one with `ESC[` would
 recolour or rewrite the operator's terminal, one with U+202E reverse what follows; one that is
-not UTF-8 (a lone surrogate after
-`os.fsdecode`) would make the log handler fail. Each such character is written as an escape.
+not UTF-8 (a lone surrogate after `os.fsdecode`) would make the log handler fail. Each such
+character is written as an escape.
 """
 
 from __future__ import annotations

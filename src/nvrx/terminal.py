@@ -10,7 +10,7 @@ a thumbs-down emoji), and every value from outside goes through `printable`.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -64,14 +64,25 @@ def error_line(message: str) -> None:
     note(message, "nvrx: error: ")
 
 
-def write_output(path: Path, text: str, what: str, inputs: Sequence[Path] = ()) -> None:
-    """A file the user asked for (`--html`, `--junit`, `--markdown`): never over one of the
-    command's inputs (bad input, exit 2), replaced atomically, and a write that fails is exit 1
-    naming it (docs/output-contract.md, "Files")."""
+# A file the user asked for: where it goes, the flag that asked for it, and how to draw it.
+Output = tuple[Path, str, Callable[[], str]]
+
+
+def write_outputs(
+    outputs: Sequence[Output], inputs: Sequence[Path] = (), *, announce: bool = True
+) -> None:
+    """The files the user asked for (`--html`, `--junit`, `--markdown`): every refusal first
+    (none over one of the command's `inputs`: bad input, exit 2), then each replaced
+    atomically and, with `announce`, named on stderr; a write that fails is exit 1 naming it
+    (docs/output-contract.md, "Files")."""
     from nvrx.files import refuse_overwriting, write_atomic
 
-    refuse_overwriting(path, list(inputs), what)
-    try:
-        write_atomic(path, text)
-    except OSError as exc:
-        raise CommandError(f"cannot write {what} {path}: {exc.strerror}", 1) from None
+    for path, what, _ in outputs:
+        refuse_overwriting(path, list(inputs), what)
+    for path, what, render in outputs:
+        try:
+            write_atomic(path, render())
+        except OSError as exc:
+            raise CommandError(f"cannot write {what} {path}: {exc.strerror}", 1) from None
+        if announce:
+            note(f"wrote {path.resolve()}")

@@ -38,7 +38,6 @@ from nvrx.files import (
     read_bounded,
     read_key_file,
     read_text,
-    within_root,
     write_atomic,
 )
 from nvrx.score.evidence import Attribution, blind, fr_ranks, run_validity
@@ -53,6 +52,9 @@ from nvrx.score.load import (
     judged_digests,
     main_log,
     record_truth,
+)
+from nvrx.score.load import (
+    read_text as read_session_file,
 )
 from nvrx.score.model import Verdict
 
@@ -390,12 +392,9 @@ def analyse(record: Record, analyzers: Analyzers, judge: Judge) -> ExperimentAna
     out = record.dir / ANALYSIS_DIR
     out.mkdir(parents=True, exist_ok=True)
     log_path = main_log(record.dir, record.job_id)
-    # Read on the session's behalf: a log that leads out of it is refused (files.within_root).
-    raw = (
-        read_text(within_root(log_path, record.dir.parent, "job log"), "job log")
-        if log_path is not None
-        else None
-    )
+    # Read on the session's behalf, as scoring reads it (a link out of it, a FIFO: refused).
+    session = record.dir.parent
+    raw = read_session_file(log_path, "job log", session) if log_path is not None else None
     validity = run_validity(raw)
     if raw is not None:
         write_atomic(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from nvrx.config import load_for_command
 from nvrx.contract import write_document
-from nvrx.terminal import CommandError, note, stdout, write_output
+from nvrx.terminal import CommandError, Output, stdout, write_outputs
 
 
 def report_command(
@@ -77,14 +77,19 @@ def report_command(
         raise CommandError(str(exc)) from None
     cases, verdicts = [r.case for r in rows], [r.verdict for r in rows]
     inputs = input_paths([session_dir], cases, [])
+    outputs: list[Output] = []
     if html is not None:
         page = Path(html) if html else session_dir / report.REPORT_HTML
-        text = report.html_page(session_dir, rows, previous, stop, dimensions)
-        write_output(page, text, "--html", inputs)
-        note(f"wrote {page.resolve()}")
+        outputs.append(
+            (
+                page,
+                "--html",
+                lambda: report.html_page(session_dir, rows, previous, stop, dimensions),
+            )
+        )
     if junit is not None:
-        write_output(junit, score_junit(cases, verdicts, "session"), "--junit", inputs)
-        note(f"wrote {junit.resolve()}")
+        outputs.append((junit, "--junit", lambda: score_junit(cases, verdicts, "session")))
+    write_outputs(outputs, inputs)
     if as_json:
         write_document(report.report_json(session_dir, rows, stop), 0)
         return 0

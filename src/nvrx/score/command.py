@@ -4,13 +4,12 @@ their reports and the thresholds' exit code."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from nvrx.config import load_for_command
 from nvrx.contract import write_document
-from nvrx.terminal import CommandError, note, stderr, stdout, warn, write_output
+from nvrx.terminal import CommandError, Output, note, stderr, stdout, warn, write_outputs
 
 
 def _score_with_progress(judges: list[Any], cases: list[Any], *, live: bool) -> list[Any]:
@@ -64,7 +63,6 @@ def score_command(
 ) -> int:
     """Score; returns 0 scored and every --min met, 1 a --min not met, 3 some case unscored."""
     from nvrx.campaign.pool import CampaignError
-    from nvrx.files import refuse_overwriting
     from nvrx.score import report
     from nvrx.score.load import (
         Shape,
@@ -142,9 +140,13 @@ def score_command(
         Path(v[1:]) for v in (log_output, fr_output) if v.startswith("@")
     ]
     inputs = input_paths(list(targets or []), cases, given_files)
-    outputs: list[tuple[Path | None, str, Callable[[], str]]] = [
-        (junit_path, "--junit", lambda: report.junit(cases, verdicts, label)),
-        (markdown_path, "--markdown", lambda: report.markdown(cases, verdicts)),
+    outputs: list[Output] = [
+        (path, flag, render)
+        for path, flag, render in (
+            (junit_path, "--junit", lambda: report.junit(cases, verdicts, label)),
+            (markdown_path, "--markdown", lambda: report.markdown(cases, verdicts)),
+        )
+        if path is not None
     ]
     if html is not None:
         from nvrx.score.html import page
@@ -155,13 +157,7 @@ def score_command(
             (Path(html) if html else place / "score.html", "--html",
              lambda: page(cases, verdicts, summary, label))
         )  # fmt: skip
-    for output, flag, _ in outputs:  # every refusal before anything is written
-        if output is not None:
-            refuse_overwriting(output, inputs, flag)
-    for output, flag, render_file in outputs:
-        if output is not None:
-            write_output(output, render_file(), flag, inputs)
-            note(f"wrote {output.resolve()}")
+    write_outputs(outputs, inputs)
     if as_json:
         doc = report.as_json(cases, verdicts, summary, label)
         write_document(doc, doc.pop("exit_code"))

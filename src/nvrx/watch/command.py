@@ -109,29 +109,34 @@ def _blind(message: str, as_json: bool) -> int:
 
 
 def _write_files(
-    request: WatchRequest, watcher: Watcher, result: PassResult, detectors: list[str]
-) -> list[Path]:
+    request: WatchRequest,
+    watcher: Watcher,
+    result: PassResult,
+    detectors: list[str],
+    *,
+    announce: bool,
+) -> bool:
     """The pages the user asked for, replaced atomically after every pass: `--html` (no FILE: the
-    chain's state dir) and `--junit`; never over one of the pass's inputs (a cycle file, the
-    checkpoint file). Returns the paths written."""
-    from nvrx.terminal import write_output
+    chain's state dir) and `--junit`; never over one of the pass's inputs (`refuse_input`, and
+    this generation's checkpoint file when its path names the job). Whether any was asked for."""
+    from nvrx.terminal import Output, write_outputs
     from nvrx.watch.output import pass_junit
     from nvrx.watch.resolve import refuse_input
     from nvrx.watch.timeline import timeline_page
 
     snap = result.snapshot
-    wanted: list[tuple[Path, str, Callable[[], str]]] = []
+    wanted: list[Output] = []
     if request.html is not None:
         page = Path(request.html) if request.html else watcher.dir / TIMELINE_PAGE
         wanted.append((page, "--html", partial(timeline_page, result)))
     if request.junit is not None:
         wanted.append((request.junit, "--junit", partial(pass_junit, result, detectors)))
-    for path, what, render in wanted:
-        cycles = tuple(c.path for c in snap.cycles)
+    cycles = tuple(c.path for c in snap.cycles)
+    for path, what, _ in wanted:
         refuse_input(path, watcher.target, watcher.dir, what, cycles)
-        inputs = [Path(snap.checkpoint.path)] if snap.checkpoint.path else []
-        write_output(path, render(), what, inputs)
-    return [path for path, _, _ in wanted]
+    inputs = [Path(snap.checkpoint.path)] if snap.checkpoint.path else []
+    write_outputs(wanted, inputs, announce=announce)
+    return bool(wanted)
 
 
 class PassOutput:
@@ -342,11 +347,9 @@ def watch(
             return _blind(f"pass failed: {exc}", request.as_json), False
         if request.goodput:
             return _print_goodput(result, request.as_json), True
-        written = _write_files(request, watcher, result, detectors)
-        if written and not told:  # a loop rewrites them every pass: said once
+        # A loop rewrites them every pass: where they went is said once.
+        if _write_files(request, watcher, result, detectors, announce=not told):
             told.append(True)
-            for path in written:
-                note(f"wrote {path.resolve()}")
         out.show(pass_json(result), partial(pass_lines, result))
         return result.exit_code, False
 

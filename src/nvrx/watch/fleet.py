@@ -184,11 +184,11 @@ class Fleet:
             for c in fleet.chains
             if (r := c.result) is not None
         ]
-        results = {c.label: c.result for c in fleet.chains}
-        for m in self.members:  # one textfile for all the chains: over none of their inputs
+        # One textfile for all the chains: over none of their inputs (a pass has one chain per
+        # member, in order).
+        for m, c in zip(self.members, fleet.chains, strict=True):
             if m.watcher is not None:
-                result = results.get(m.watcher.target.chain.label)
-                cycles = tuple(x.path for x in result.snapshot.cycles) if result else ()
+                cycles = tuple(x.path for x in c.result.snapshot.cycles) if c.result else ()
                 refuse_input(Path(path), m.watcher.target, m.watcher.dir, "prom_file", cycles)
         try:
             write_textfile(Path(path), prometheus_text(parts, list(DETECTORS)))

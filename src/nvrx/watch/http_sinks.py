@@ -28,6 +28,10 @@ async def _exchange(
         response.raise_for_status()
 
 
+class _NoWholeAnswer(httpx.TimeoutException):
+    """The exchange's total deadline passed (its message says how long it was)."""
+
+
 def _call(timeout: float, method: str, url: str, payload: object = None) -> None:
     """One sink exchange (connect, headers, body) within one total deadline, kept by the clock:
     httpx's timeouts are per read, so a server that drips its headers a byte at a time would
@@ -40,14 +44,14 @@ def _call(timeout: float, method: str, url: str, payload: object = None) -> None
     try:
         asyncio.run(bounded())
     except TimeoutError:
-        raise httpx.TimeoutException(f"no whole answer within {timeout:g} s") from None
+        raise _NoWholeAnswer(f"no whole answer within {timeout:g} s") from None
 
 
 def _problem(exc: Exception) -> str:
     """A sink's failure without its URL."""
     if isinstance(exc, httpx.HTTPStatusError):
         return f"HTTP {exc.response.status_code}"
-    if isinstance(exc, httpx.TimeoutException) and str(exc).startswith("no whole answer"):
+    if isinstance(exc, _NoWholeAnswer):
         return str(exc)
     return type(exc).__name__
 

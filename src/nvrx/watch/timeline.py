@@ -113,7 +113,11 @@ def _tick_style(pct: float) -> str:
 
 
 def _timeline(
-    cycles: list[CycleInfo], nodes: list[str], now: datetime, findings: list[Finding]
+    cycles: list[CycleInfo],
+    nodes: list[str],
+    now: datetime,
+    findings: list[Finding],
+    colour: dict[str, str],
 ) -> str:
     # From the first cycle drawn to the last one's end (now, while one is open): a chain that
     # ended long ago is drawn at its own scale; findings seen later sit at the right edge.
@@ -124,10 +128,6 @@ def _timeline(
     widest = max(len(caption), *(len(n) for n in nodes))
     names_px = round(min(widest * _CHAR_PX + 12, 240))
     row_of = {n: i for i, n in enumerate(nodes)}
-    colour = {
-        job: _PALETTE[i % len(_PALETTE)]
-        for i, job in enumerate(dict.fromkeys(c.job_id for c in cycles))
-    }
 
     def pct(at: datetime) -> float:
         return min(max((at - t0).total_seconds() / span * 100, 0.0), 100.0)
@@ -279,9 +279,10 @@ def timeline_page(result: PassResult) -> str:
         )
         if left_out:
             body.append(f"<p class='dim'>Not drawn: {escape(', '.join(left_out))}.</p>")
+        # One colour per generation, the same in the legend and on the bars.
         palette = {job: _PALETTE[i % len(_PALETTE)] for i, job in enumerate(generations)}
         body.append(_legend(palette, cycles, result.findings))
-        body.append(_timeline(cycles, nodes, snap.observed_at, result.findings))
+        body.append(_timeline(cycles, nodes, snap.observed_at, result.findings, palette))
     body.append("<h2>Findings</h2>")
     if not result.findings:
         body.append("<p>None.</p>")
