@@ -5,6 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nvrx.slurm import SlurmParseError, compress, expand
+from nvrx.slurm.hostlist import MAX_EXPANDED_HOSTS
 
 
 @pytest.mark.parametrize(
@@ -18,6 +19,8 @@ from nvrx.slurm import SlurmParseError, compress, expand
         ("rack[1-2]-n[1-2]", ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]),
         ("n[09-10]", ["n09", "n10"]),
         ("n[1-2]-ib", ["n1-ib", "n2-ib"]),
+        ("n[00-02]", ["n00", "n01", "n02"]),
+        ("n[1-2,05]", ["n1", "n2", "n05"]),
     ],
 )
 def test_expand(expr: str, hosts: list[str]) -> None:
@@ -34,6 +37,9 @@ def test_expand(expr: str, hosts: list[str]) -> None:
         (["n9", "n10", "n11"], "n[9-11]"),
         (["n099", "n100"], "n[099-100]"),
         (["n01", "n1"], "n01,n1"),
+        (["n10", "n1", "n2", "n3", "n7", "n8"], "n[1-3,7-8,10]"),
+        (["n5", "n3"], "n[3,5]"),
+        (["42", "41"], "[41-42]"),
         ([], ""),
     ],
 )
@@ -50,6 +56,12 @@ def test_malformed_expressions_are_rejected_with_the_expression_named(bad: str) 
 def test_absurd_ranges_are_refused_not_allocated() -> None:
     with pytest.raises(SlurmParseError, match="too large"):
         expand("n[0-99999999]")
+
+
+def test_the_host_limit_counts_every_part_of_a_list() -> None:
+    assert len(expand(f"a[1-{MAX_EXPANDED_HOSTS - 1}],b")) == MAX_EXPANDED_HOSTS
+    with pytest.raises(SlurmParseError, match="too large"):
+        expand(f"a[1-{MAX_EXPANDED_HOSTS - 1}],b[1-2]")
 
 
 hostnames = st.builds(

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from nvrx.slurm.errors import SlurmParseError
 
 _BRACKET_RE = re.compile(r"\[([^\[\]]*)\]")
-_TRAILING_NUMBER_RE = re.compile(r"^(.*?)(\d+)$")
+_DIGITS = "0123456789"
 # A hostlist is at most a few thousand nodes (the largest clusters have about 12,000); refuse
 # absurd ranges instead of allocating them: 48 cycle files naming a million hosts each would
 # take gigabytes.
@@ -63,8 +63,10 @@ def _expand_ranges(body: str, expr: str) -> list[str]:
             raise SlurmParseError(f"descending range {item!r} in hostlist {expr!r}")
         if hi - lo + 1 + len(out) > MAX_EXPANDED_HOSTS:
             raise SlurmParseError(f"range {item!r} in hostlist {expr!r} is too large")
+        numbers = map(str, range(lo, hi + 1))
+        # Only a padded range needs zfill; str() of the rest is already the name (C speed).
         width = len(lo_s)
-        out.extend(str(n).zfill(width) for n in range(lo, hi + 1))
+        out.extend(numbers if width <= len(str(lo)) else (n.zfill(width) for n in numbers))
     return out
 
 
@@ -85,6 +87,12 @@ def expand(expr: str) -> list[str]:
         if any("[" in lit or "]" in lit for lit in literals):
             raise SlurmParseError(f"malformed brackets in hostlist {expr!r}")
         choices = [_expand_ranges(body, expr) for body in pieces[1::2]]
+        if len(choices) == 1:  # the common `n[1-64]` form: one comprehension, no product
+            head, tail = literals
+            if len(hosts) + len(choices[0]) > MAX_EXPANDED_HOSTS:
+                raise SlurmParseError(f"hostlist {expr!r} is too large")
+            hosts.extend([head + value + tail for value in choices[0]])
+            continue
         for combo in itertools.product(*choices):
             name = literals[0]
             for value, literal in zip(combo, literals[1:], strict=True):
@@ -119,17 +127,21 @@ def _compress(hosts: Iterable[str]) -> str:
     plain: set[str] = set()
     for host in hosts:
         host = host.strip()
-        if not host:
+        # String methods rather than a regex per name: a pass compresses millions of names.
+        prefix = host.rstrip(_DIGITS)
+        if len(prefix) == len(host):
+            if host:
+                plain.add(host)
             continue
-        m = _TRAILING_NUMBER_RE.match(host)
-        if m is None:
-            plain.add(host)
-            continue
-        prefix, digits = m.group(1), m.group(2)
+        digits = host[len(prefix) :]
         # Padded numbers (leading zero) keep their width; natural numbers use width 0, which also
         # fits a padded group's numbers that happen to fill the width (n100 beside n099).
-        width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
-        groups.setdefault((prefix, width), set()).add(int(digits))
+        width = len(digits) if digits[0] == "0" and len(digits) > 1 else 0
+        key = (prefix, width)
+        numbers = groups.get(key)
+        if numbers is None:
+            numbers = groups[key] = set()
+        numbers.add(int(digits))
 
     # Fold natural numbers that exactly fill a padded group's width into that group.
     for (prefix, width), numbers in list(groups.items()):
@@ -146,18 +158,31 @@ def _compress(hosts: Iterable[str]) -> str:
     items: list[tuple[str, str]] = [(h, h) for h in plain]
     for (prefix, width), numbers in groups.items():
         ordered = sorted(numbers)
-        runs: list[tuple[int, int]] = []
-        for n in ordered:
-            if runs and n == runs[-1][1] + 1:
-                runs[-1] = (runs[-1][0], n)
-            else:
-                runs.append((n, n))
+        runs = _runs(ordered)
         if len(runs) == 1 and runs[0][0] == runs[0][1]:
             text = prefix + str(runs[0][0]).zfill(width)
         else:
             text = prefix + "[" + ",".join(_format_run(lo, hi, width) for lo, hi in runs) + "]"
         items.append((prefix + str(ordered[0]).zfill(width), text))
     return ",".join(text for _, text in sorted(items))
+
+
+def _runs(ordered: list[int]) -> list[tuple[int, int]]:
+    """Runs of consecutive numbers in a sorted list without duplicates."""
+    if not ordered:
+        return []
+    lo, hi = ordered[0], ordered[-1]
+    if hi - lo + 1 == len(ordered):  # one run, the usual allocation: no walk
+        return [(lo, hi)]
+    runs: list[tuple[int, int]] = []
+    start = prev = lo
+    for n in itertools.islice(ordered, 1, None):
+        if n != prev + 1:
+            runs.append((start, prev))
+            start = n
+        prev = n
+    runs.append((start, prev))
+    return runs
 
 
 @functools.lru_cache(maxsize=512)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import sys
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -111,7 +112,8 @@ def _hosts(expr: str) -> tuple[str, ...]:
     found = _memo.get(expr)
     if found is not None:
         return found
-    hosts = tuple(expand(expr))
+    # Interned: cycles on overlapping node sets share one string per node, not one per cycle.
+    hosts = tuple(map(sys.intern, expand(expr)))
     if _memo_names + len(hosts) > _MEMO_NAMES:
         _memo.clear()
         _memo_names = 0

@@ -14,6 +14,7 @@ its own shape, and a legend says which is which.
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -68,13 +69,9 @@ def _when(t: datetime) -> str:
 
 def _nodes(cycles: list[CycleInfo]) -> list[str]:
     """Nodes in the order they first worked, then the spares that only stood by."""
-    seen: dict[str, None] = {}
-    for c in cycles:
-        for node in c.active_nodes:
-            seen.setdefault(node, None)
-    for c in cycles:
-        for node in c.standby_nodes:
-            seen.setdefault(node, None)
+    # dict.fromkeys keeps first-seen order at C speed: 400 cycles on 16k nodes are 6M names.
+    seen = dict.fromkeys(itertools.chain.from_iterable(c.active_nodes for c in cycles))
+    seen.update(dict.fromkeys(itertools.chain.from_iterable(c.standby_nodes for c in cycles)))
     return list(seen)
 
 
