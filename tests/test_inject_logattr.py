@@ -446,7 +446,7 @@ def test_timeouts_naming_nobody_are_a_hang_of_unknown_root() -> None:
         ("Interrupt", "SIGINT", RESTART),
         ("Stopped", "SIGSTOP", RESTART),
         ("Exited with exit code 3", "CRASH", STOP),
-        ("Bus error", "CRASH", STOP),
+        ("Bus error", "BUS_ERROR", STOP),
     ],
 )
 def test_srun_status_of_the_root_names_the_fault(status: str, fault: str, decision: str) -> None:

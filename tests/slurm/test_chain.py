@@ -3,6 +3,7 @@ relies on a chain to do when tasks, workers and task 0 itself fail."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -154,6 +155,25 @@ def test_a_worker_failure_is_a_new_cycle_not_a_new_generation(
     assert closed is not None and closed["cycle_end_time"] != "" and closed["generation"] == "1"
     task0 = [r for r in slurm.queue([generation]) if r.task_id == 0]
     assert task0 and task0[0].state is JobState.RUNNING
+
+    # The generation's log holds both cycles; the analyser attributes each on its own: the
+    # fault ended cycle 0 (on rank 1), and the job's answer is cycle 1's, which still runs.
+    (log,) = (work / "logs" / "slurm").glob(f"*_{generation}_0.out")
+    wait_for(lambda: "Cycle: 1 Event:" in log.read_text(errors="replace"), what="cycle 1's events")
+    analyzed = subprocess.run(
+        [sys.executable, "-m", "nvrx.cli", "analyze", "log", str(log), "--json"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    doc = json.loads(analyzed.stdout)
+    first, *_, last = doc["cycles"]
+    assert (first["cycle"], first["root_rank"], first["category"]) == (0, 1, "software"), doc
+    assert first["evidence_lines"] and all(
+        first["first_line"] <= n <= first["last_line"] for n in first["evidence_lines"]
+    )
+    spans = [(c["first_line"], c["last_line"]) for c in doc["cycles"]]
+    assert spans[0][0] == 1 and all(b[0] == a[1] + 1 for a, b in itertools.pairwise(spans))
+    assert last["cycle"] >= 1
+    assert doc["decision"] == last["decision"] == "ERRORS NOT FOUND", doc
 
 
 def test_losing_task_0_hands_off_to_the_next_generation_which_resumes(

@@ -15,6 +15,9 @@ Reading the log
     ----------------  ---------------------------------------  ---------------------------------
     labels            `N: text`; from 10 tasks on padded       a line of rank N (srun's task id
                       (` 1: text`)                             is the global rank)
+    nested labels     `N: M: text`, `N: [rankM]: text`         srun's task N is a launcher; M is
+                                                               the rank, and srun's task exits
+                                                               name launchers, not ranks
     system lines      `srun: ...`, `slurmstepd...`, even       srun's own view, never a rank's
                       behind a rank label                      output
     task exits        `srun: error: <node>: task(s) <list>:    how each task ended; <list> like
@@ -86,6 +89,10 @@ freeze (reported as a GIL lock) from a GPU hang, but a SIGSTOP of rank 0 looks t
 lock. The detail field says so when it applies. An asynchronous exception whose exception line
 survives blinding reads as a workload exception.
 
+Restart cycles: a log of several (ft_launcher's `Cycle: N Event:` lines, `logcycles`) is read
+cycle by cycle, each with rules of its own; the job's answer is the last cycle's, STOP when a
+restartable cause ends `REPEATS_TO_STOP` cycles in a row with no checkpoint saved.
+
 Cost: `attribute_blocks` reads a log as it streams, one pass, the rules' facts and logscan's scan
 fed together; only lines that hold a keyword of either (`KEYWORDS`) are looked at, and every line
 of a rank while its traceback is open. What is kept is per rank (at most `MAX_RANKS`), never per
@@ -104,8 +111,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from nvrx.analyze import logscan
-from nvrx.analyze.logscan import Failure, Scan, feed_blocks, gate_words, text_blocks
+from nvrx.analyze import logcycles, logscan
+from nvrx.analyze.logcycles import CycleSpan, CycleSplitter
+from nvrx.analyze.logscan import (
+    INNER_LABEL,
+    Failure,
+    Scan,
+    feed_blocks,
+    gate_words,
+    text_blocks,
+)
 from nvrx.limits import MAX_RANKS, as_rank, small_int
 from nvrx.score.evidence import MARKER_WORDS, RESTART, STOP, blind_line, rank_mentions
 
@@ -117,7 +132,7 @@ FaultClass = Literal[
     "LOCK_GIL", "SEGFAULT", "SIGINT", "SIGKILL", "SIGTERM", "SIGSTOP", "CRASH", "HANG",
     # What real jobs print beyond the injected faults (logscan):
     "CUDA_OOM", "HOST_OOM", "DEVICE_ASSERT", "NAN_LOSS", "IO_ERROR", "NCCL_ERROR", "STORE_LOST",
-    "NODE_LOST",
+    "NODE_LOST", "BUS_ERROR",
 ]  # fmt: skip
 
 # The category of each class (docs/log-attribution-policy.md): what failed, which decides the
@@ -146,6 +161,7 @@ CATEGORIES: dict[str, Category] = {
     "NCCL_ERROR": "infrastructure",
     "STORE_LOST": "infrastructure",
     "NODE_LOST": "infrastructure",
+    "BUS_ERROR": "software",
 }
 
 # Decision and the reason given in the explanation field, per class
@@ -173,6 +189,7 @@ DECISIONS: dict[str, tuple[str, str]] = {
     "NCCL_ERROR": (RESTART, "a network error is outside the job; a new allocation recovers"),
     "STORE_LOST": (RESTART, "the rendezvous host was lost; a new allocation recovers"),
     "NODE_LOST": (RESTART, "Slurm lost a node of the job; a new allocation recovers"),
+    "BUS_ERROR": (STOP, "a bus error is a memory fault that repeats until its cause is fixed"),
 }
 
 # --- line grammar --------------------------------------------------------------------------------
@@ -257,6 +274,9 @@ class LogAttribution:
     detail: str = ""
     checkpoint_saved: bool = False
     rules: tuple[str, ...] = field(default=())
+    # Each restart cycle of the log and its own attribution (one for a log of one cycle); the
+    # fields above are the job's: the last cycle's, with the repeat rule (`_job`).
+    cycles: tuple[CycleAttribution, ...] = ()
 
     @property
     def category(self) -> Category:
@@ -264,7 +284,15 @@ class LogAttribution:
         return "none" if self.fault_class is None else CATEGORIES[self.fault_class]
 
     def text(self) -> str:
-        """logsage's 5 fields, newline-joined; a sentinel fills fields 1-4 (inject-loop §9.1)."""
+        """logsage's 5 fields, newline-joined; a sentinel fills fields 1-4. A log of several
+        cycles gives one block per cycle, each under a `Cycle N (lines A-B):` line, the last
+        block being the job's answer (docs/log-attribution-policy.md, Restart cycles)."""
+        if len(self.cycles) < 2:
+            return self._fields()
+        blocks = [f"{c.header()}\n{c.attribution._fields()}" for c in self.cycles[:-1]]
+        return "\n".join([*blocks, f"{self.cycles[-1].header()}\n{self._fields()}"])
+
+    def _fields(self) -> str:
         saved = str(self.checkpoint_saved)
         if self.decision in (NO_LOGS, ERRORS_NOT_FOUND):
             return "\n".join([self.decision] * 4 + [saved])
@@ -288,6 +316,33 @@ class LogAttribution:
             "detail": self.detail,
             "checkpoint_saved": self.checkpoint_saved,
             "rules": list(self.rules),
+            "cycles": [c.to_json() for c in self.cycles],
+        }
+
+
+@dataclass(frozen=True)
+class CycleAttribution:
+    """One restart cycle of a log (its lines, `logcycles`) and what failed in it."""
+
+    span: CycleSpan
+    attribution: LogAttribution
+
+    def header(self) -> str:
+        return f"Cycle {self.span.number} (lines {self.span.first_line}-{self.span.last_line}):"
+
+    def to_json(self) -> dict[str, Any]:
+        a = self.attribution
+        return {
+            "cycle": self.span.number,
+            "first_line": self.span.first_line,
+            "last_line": self.span.last_line,
+            "decision": a.decision,
+            "fault_class": a.fault_class,
+            "category": a.category,
+            "root_rank": a.root_rank,
+            "explanation": a.explanation,
+            "evidence_lines": [e.line for e in a.evidence],
+            "checkpoint_saved": a.checkpoint_saved,
         }
 
 
@@ -300,6 +355,7 @@ class _Line:
     rank: int | None  # None: srun's / slurmstepd's own line, or an unlabelled line
     text: str
     system: bool
+    nested: bool = False  # a worker's line in another task's line (`0: 3: text`): a launcher
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +424,7 @@ class _Facts:
     checkpoint_saved: bool = False
     teardown: bool = False  # srun has started tearing the step down
     task_ids: int = 0  # task ids the srun range lists expanded to so far (MAX_TASKS in all)
+    launchers: bool = False  # srun's tasks are launchers of labelled workers, not ranks
 
 
 MAX_TASKS = MAX_RANKS
@@ -398,8 +455,15 @@ def _int_list(spec: str) -> list[int]:
 def _line(no: int, raw: str) -> _Line:
     m = _LABEL.match(raw)
     rank, body = (as_rank(m.group(1)), m.group(2)) if m else (None, raw)
+    nested = False
+    if m and (inner := INNER_LABEL.match(body)) is not None:
+        # `0: 1: text`, `0: [rank1]: text`: srun's task runs a launcher, whose workers label
+        # their own lines; the inner label is the rank. (`2: [rank2]: text` is one process that
+        # torch labels too: its task is its rank.)
+        outer, rank = rank, as_rank(inner.group(1) or inner.group(2))
+        body, nested = body[inner.end() :], rank != outer
     system = _SYSTEM.match(body) is not None
-    return _Line(no, None if system else rank, body, system)
+    return _Line(no, None if system else rank, body, system, nested)
 
 
 class _TracebackReader:
@@ -452,7 +516,7 @@ _KEYWORDS = (
     "global interpreter", "segmentation", "sigsegv", "core dumped", "sigabrt", "aborted",
     "traceback",
 )  # fmt: skip
-KEYWORDS = gate_words(_KEYWORDS, logscan.KEYWORDS, MARKER_WORDS)
+KEYWORDS = gate_words(_KEYWORDS, logscan.KEYWORDS, logcycles.KEYWORDS, MARKER_WORDS)
 
 
 class _Reader:
@@ -496,10 +560,14 @@ class _Reader:
         for rank, reader in self.open.items():
             self.facts.tracebacks.setdefault(rank, _RankTracebacks()).add(reader.close())
         self.open.clear()
+        if self.facts.launchers:  # srun's task ids are launchers': how they ended is no rank's
+            self.facts.exits.clear()
+            self.facts.running_at_teardown.clear()
         return self.facts, self.scan
 
     def _facts(self, line: _Line) -> None:
         facts, body = self.facts, line.text
+        facts.launchers = facts.launchers or line.nested
         if line.system:
             facts.teardown = facts.teardown or _TEARDOWN.search(body) is not None
             if m := _TASK_RUNNING.match(body):
@@ -694,6 +762,7 @@ _PRIMARY: dict[str, str] = {
     "NCCL_ERROR": "NCCL network error (a peer or link lost)",
     "STORE_LOST": "lost the rendezvous store (TCPStore) or its connection",
     "NODE_LOST": "node failure: Slurm lost the node (the ranks on it vanished)",
+    "BUS_ERROR": "Bus error (SIGBUS, signal 7): the process touched memory that is not there",
 }
 
 # Text that would change how `evidence.Attribution.parse` reads the fields if quoted from the log.
@@ -768,10 +837,24 @@ def attribute_log(text: str) -> LogAttribution:
 def attribute_blocks(blocks: Iterable[str], *, gate: bool = True) -> LogAttribution:
     """`attribute_log` of a log read in blocks of whole lines (`files.read_line_blocks`): a log
     of any size in flat memory. Lines are blinded as they are read (`evidence.blind_line`);
-    line numbers are the input's. `gate=False` reads every line, not only those that hold a
-    keyword (the tests' check that the gate changes nothing)."""
-    reader = _Reader()
-    unfed_text = feed_blocks(blocks, reader, KEYWORDS, gate=gate)
+    line numbers are the input's. Each restart cycle (`logcycles`) is attributed on its own.
+    `gate=False` reads every line, not only those that hold a keyword (the tests' check that
+    the gate changes nothing)."""
+    unfed = [True]  # a cycle that ends before the log does holds its marker line: never empty
+
+    def close(reader: _Reader, _: CycleSpan) -> LogAttribution:
+        return _attribute(reader, unfed[0])
+
+    splitter: CycleSplitter[_Reader, LogAttribution] = CycleSplitter(_Reader, close)
+    unfed[0], lines = feed_blocks(blocks, splitter, KEYWORDS, gate=gate)
+    cycles = tuple(CycleAttribution(span, a) for span, a in splitter.finish(lines))
+    if len(cycles) == 1:
+        return replace(cycles[0].attribution, cycles=cycles)
+    return _job(cycles, splitter.capped)
+
+
+def _attribute(reader: _Reader, unfed_text: bool) -> LogAttribution:
+    """One cycle's attribution (the whole log's, for a log of one cycle)."""
     facts, scan = reader.finish()
     if not (reader.text or unfed_text):
         return LogAttribution(NO_LOGS, rules=("empty log",))
@@ -870,4 +953,73 @@ def _hang_without_root(facts: _Facts) -> LogAttribution:
         detail=_detail(evidence),
         checkpoint_saved=facts.checkpoint_saved,
         rules=("root: none named", "class: HANG"),
+    )
+
+
+# --- restart cycles -----------------------------------------------------------------------------
+
+# A cause that a restart should cure but that ends this many cycles in a row, none of which saved
+# a checkpoint, is not transient: the job stops (docs/log-attribution-policy.md, Restart cycles).
+REPEATS_TO_STOP = 3
+_SHOWN_CYCLES = 5  # earlier cycles summed up in the job's detail line (the JSON lists all)
+
+
+def _cause(a: LogAttribution) -> str:
+    if a.fault_class is None:
+        return a.decision
+    who = "an unknown rank" if a.root_rank is None else f"rank {a.root_rank}"
+    return f"{a.fault_class} on {who}"
+
+
+def _repeated(cycles: tuple[CycleAttribution, ...]) -> tuple[CycleAttribution, ...]:
+    """The last REPEATS_TO_STOP cycles when they all ended the same restartable way with no
+    checkpoint saved in any of them; else ()."""
+    tail = cycles[-REPEATS_TO_STOP:]
+    last = tail[-1].attribution
+    if len(tail) < REPEATS_TO_STOP or last.decision != RESTART or last.fault_class is None:
+        return ()
+    same = all(
+        (c.attribution.fault_class, c.attribution.root_rank) == (last.fault_class, last.root_rank)
+        for c in tail
+    )
+    return tail if same and not any(c.attribution.checkpoint_saved for c in tail) else ()
+
+
+def _job(cycles: tuple[CycleAttribution, ...], capped: bool) -> LogAttribution:
+    """The job's answer for a log of several cycles: the last cycle's (what a restart now would
+    meet), STOP when a restartable cause repeats (`_repeated`), with the earlier cycles named."""
+    last = cycles[-1]
+    job = last.attribution
+    where = f"cycle {last.span.number} (lines {last.span.first_line}-{last.span.last_line})"
+    said = job.explanation or ("no log lines" if job.decision == NO_LOGS else "no error found")
+    explanation = f"In {where}, the last of {len(cycles)}: {said}"
+    rules = [*job.rules, f"cycles: {len(cycles)}, the decision rests on the last"]
+    decision = job.decision
+    if repeats := _repeated(cycles):
+        decision = STOP
+        numbers = ", ".join(str(c.span.number) for c in repeats)
+        explanation = (
+            f"Stop job due to repeated issue: {_cause(job)} ended cycles {numbers} in a row with "
+            f"no checkpoint saved in between. {explanation}"
+        )
+        rules.append(f"repeat: the same restartable cause {REPEATS_TO_STOP} cycles in a row")
+    earlier = [
+        f"cycle {c.span.number} (lines {c.span.first_line}-{c.span.last_line}): "
+        f"{_cause(c.attribution)}"
+        for c in cycles[:-1]
+    ]
+    if len(earlier) > _SHOWN_CYCLES:
+        earlier = [f"{len(earlier) - _SHOWN_CYCLES} earlier cycles", *earlier[-_SHOWN_CYCLES:]]
+    detail = " | ".join(p for p in (job.detail, "earlier: " + "; ".join(earlier)) if p)
+    if capped:
+        detail += (
+            f" | note: past {logcycles.MAX_CYCLES} cycles the rest of the log is read as the last"
+        )
+    return replace(
+        job,
+        decision=decision,
+        explanation=_defuse(explanation),
+        detail=_defuse(detail),
+        rules=tuple(rules),
+        cycles=cycles,
     )

@@ -61,6 +61,14 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             r"|memory allocation of \d+ bytes failed",
         ),
         ("NAN_LOSS", r"found NaN|loss is nan|\bNaN or Inf\b|\bnan loss\b|NaN detected"),
+        # A fatal signal as UCX and the CUDA runtime report it (`[host:pid :0:tid] Caught signal
+        # 7 (Bus error: nonexistent physical address)`), as Python's faulthandler and torch
+        # elastic do: the process touched memory that is not there.
+        (
+            "BUS_ERROR",
+            r"Caught signal 7 \(Bus error|Fatal Python error: Bus error|\bSIGBUS\b|Signal 7\b"
+            r"|exitcode\s*:\s*-7\b|return code = -7\b|\btasks? [\d,\-]+: Bus error",
+        ),
         (
             "SEGFAULT",
             r"Segmentation fault|Segfault encountered|\bSIGSEGV\b|Signal 11\b"
@@ -87,6 +95,12 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         (
             "NCCL_ERROR",
             r"remote process exited or there was a network error|NCCL WARN NET/"
+            # NCCL's socket layer and bootstrap giving up on a peer: `NCCL WARN socketStartConnect:
+            # Connect to 10.0.0.2<38007> failed : Connection refused`, `... Connection closed by
+            # remote peer`, `bootstrap ... failed`.
+            r"|NCCL WARN (?:[^\n]*\bConnect(?:ion)? to \S+ failed|[^\n]*\bsocket\w*:"
+            r"|[^\n]*\bbootstrap\w*\b[^\n]*(?:failed|error)"
+            r"|[^\n]*Connection (?:refused|reset|closed|timed out)|[^\n]*connection abort)"
             r"|\bIBV_WC_|ibv_\w+ failed|NCCL error.*(?:unhandled system error|remote error)",
         ),
         ("OS_ABORT", r"\(core dumped\)|\bSIGABRT\b|Fatal Python error: Aborted"),
@@ -114,6 +128,8 @@ STRONG_FAULTS = frozenset(f for f, _ in PATTERNS) - {*_WEAK, "WORKLOAD_EXC"}
 # at the start of a line is a time, not rank 12.
 _SRUN_LABEL = re.compile(r"^ *(\d{1,9}): ")
 _RANK_PREFIX = re.compile(r"\[rank(\d{1,9})\]:")
+# A worker's own label inside an srun task's line (`0: 3: text`, `0: [rank3]: text`).
+INNER_LABEL = re.compile(r" *(?:(\d{1,9}): |\[rank(\d{1,9})\]: ?)")
 # A rank named in the message (the leftmost of these forms): `[PG ... Rank N]`, `Rank N:`,
 # `(RANK N)`, srun's `task N:`, and the bare `rank N` of a failure message ("rank 3 and rank 2
 # both on CUDA device 0").
@@ -144,9 +160,12 @@ def line_rank(line: str) -> int | None:
     """The rank a line belongs to, from its prefix or its message; None when it does not say
     (or says a number no job has as a rank)."""
     head = line[:200]
-    for pattern in (_SRUN_LABEL, _RANK_PREFIX):
-        if (m := pattern.search(head)) is not None:
-            return as_rank(m.group(1))
+    if (m := _SRUN_LABEL.search(head)) is not None:
+        # `0: 3: text`, `0: [rank3]: text`: the srun task is a launcher; its worker says the rank.
+        inner = INNER_LABEL.match(head, m.end())
+        return as_rank(inner.group(1) or inner.group(2) if inner else m.group(1))
+    if (m := _RANK_PREFIX.search(head)) is not None:
+        return as_rank(m.group(1))
     if (m := _RANK_IN_TEXT.search(line[:MAX_LINE])) is not None:
         return as_rank(next(g for g in m.groups() if g is not None))
     return None
@@ -274,13 +293,14 @@ def gate_words(*keywords: Iterable[str]) -> tuple[str, ...]:
 
 def feed_blocks(
     blocks: Iterable[str], reader: LineReader, keywords: Iterable[str], *, gate: bool = True
-) -> bool:
+) -> tuple[bool, int]:
     """Feed `reader` each line of `blocks` (whole lines; `read_line_blocks`, `text_blocks`) that
     holds one of the lower-case `keywords`, or every line while `reader.every_line`; with
     `gate=False`, every line. Lines are numbered from 1 by newline; a line's `\\r`-separated
     parts (progress bars) are fed as lines of that number. Each line is cut at MAX_LINE.
 
-    Returns whether a line that was not fed holds text (not only white space)."""
+    Returns whether a line that was not fed holds text (not only white space), and the number
+    of lines read."""
     words = tuple(keywords)
     before = 0  # lines before `pos`
     unfed_text = False
@@ -295,6 +315,8 @@ def feed_blocks(
                 if nxt > pos:
                     unfed_text = unfed_text or not block[pos:nxt].isspace()
                     before += block.count("\n", pos, nxt)
+                    if nxt == end_of_block and block[-1] != "\n":
+                        before += 1  # the log's last line, without its newline
                     pos = nxt
                     if pos >= end_of_block:
                         break
@@ -305,7 +327,7 @@ def feed_blocks(
             for part in block[pos : min(end, pos + MAX_LINE)].splitlines() or [""]:
                 reader.feed(before, part)
             pos = end + 1
-    return unfed_text
+    return unfed_text, before
 
 
 def _keyword_lines(block: str, words: tuple[str, ...]) -> list[int] | None:

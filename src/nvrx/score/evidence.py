@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from nvrx.campaign.pool import FaultType
@@ -259,9 +259,26 @@ def _bracketed(text: str, label: str) -> str | None:
     return text[i + 1 :]  # cut short: keep what is there
 
 
+# A log of several restart cycles is answered one block per cycle: under a `Cycle N (lines
+# A-B):` line each (nvrx's analyser), or one `RawAnalysisResultItem(` each (logsage's repr).
+_CYCLE_HEADER = re.compile(r"^Cycle \d{1,9} \(lines \d{1,12}-\d{1,12}\):[ \t]*$", re.MULTILINE)
+_LOGSAGE_ITEM = "RawAnalysisResultItem("
+
+
+def _cycle_blocks(text: str) -> list[str]:
+    """Each cycle's part of an answer, in order; the whole text when it has one cycle."""
+    starts = [m.end() for m in _CYCLE_HEADER.finditer(text)]
+    ends = [m.start() for m in _CYCLE_HEADER.finditer(text)][1:]
+    if len(starts) < 2:
+        parts = text.split(_LOGSAGE_ITEM)[1:]
+        return parts if len(parts) > 1 else [text]
+    return [text[a:b] for a, b in zip(starts, [*ends, len(text)], strict=True)]
+
+
 @dataclass(frozen=True)
 class Attribution:
-    """What a log analyser said, parsed by substring (never by line position)."""
+    """What a log analyser said, parsed by substring (never by line position). An answer of
+    several cycles is the last cycle's (the job's decision), each cycle's in `cycles`."""
 
     text: str
     decision: Decision
@@ -270,12 +287,30 @@ class Attribution:
     primary_ranks: frozenset[int] = field(default_factory=frozenset)
     secondary_ranks: frozenset[int] = field(default_factory=frozenset)
     ranks: frozenset[int] = field(default_factory=frozenset)
+    cycles: tuple[Attribution, ...] = ()  # each cycle's answer, when there are several
 
     @classmethod
     def parse(cls, raw: str) -> Attribution:
         text = raw
         if "raw_text=" in text and "\\n" in text:  # logsage's --emit-stdout prints a repr
             text = text.replace("\\n", "\n").replace("\\'", "'")
+        blocks = _cycle_blocks(text)
+        if len(blocks) == 1:
+            return cls._one(text)
+        cycles = tuple(cls._one(block) for block in blocks)
+        return replace(cycles[-1], text=text, ranks=rank_mentions(text), cycles=cycles)
+
+    def judged(self) -> Attribution:
+        """The answer a fault-injection run is judged on: the first cycle that failed (the
+        workload is sound until the injected fault, so its cycle is the first to fail), else
+        the last cycle; the answer itself when it has one cycle."""
+        for cycle in self.cycles:
+            if cycle.decision in ("STOP", "RESTART"):
+                return cycle
+        return self.cycles[-1] if self.cycles else self
+
+    @classmethod
+    def _one(cls, text: str) -> Attribution:
         if STOP in text:
             decision: Decision = "STOP"
         elif RESTART in text:

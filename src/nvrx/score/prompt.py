@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nvrx.score.evidence import RESTART_TABLE
+from nvrx.score.evidence import RESTART_TABLE, Attribution
 from nvrx.score.model import DIMENSIONS, Answer, Case, answer_values
 
 SYSTEM = (
@@ -62,6 +62,14 @@ def build_messages(case: Case) -> list[dict[str, str]]:
         "```",
         "",
         "## Scoring instructions",
+        *(
+            [
+                f"- The attribution answers {cycles} restart cycles, one `Cycle N (lines A-B):` "
+                "block each: score the first cycle that names a failure (the injected fault's)."
+            ]
+            if (cycles := len(Attribution.parse(case.log_attribution).cycles)) > 1
+            else []
+        ),
         '- restart_correct: "true" if the attribution\'s restart decision equals the expected '
         'one, "false" if not, "N/A" if it gives no decision.',
         '- rank_primary: "true" if the primary issues name the injected rank as the root cause, '

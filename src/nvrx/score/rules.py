@@ -12,6 +12,8 @@ Decision rules, written down because CI depends on them:
 - `fault_described`: the primary issues (else the whole text) name the fault (`true`), only its
   class — hang, crash, signal, exception — (`partial`), or neither (`false`).
 - `fr_rank_correct`: `evidence.fr_scope` of the FR missing ranks.
+- An answer of several restart cycles is judged on the first cycle that failed
+  (`Attribution.judged`): the injected fault's.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ def judge_rules(case: Case) -> Verdict:
     truth = case.truth
     if not truth.run_valid:
         return invalid_verdict(case, JUDGE_NAME)
-    attribution = Attribution.parse(case.log_attribution)
+    answer = Attribution.parse(case.log_attribution)
+    attribution = answer.judged()  # a log of several cycles: the cycle the fault ended
     expected, _ = RESTART_TABLE[truth.fault]
     expected_action = "STOP" if expected == STOP else "RESTART"
     restart_correct = "true" if attribution.decision == expected_action else "false"
@@ -76,6 +79,8 @@ def judge_rules(case: Case) -> Verdict:
         if gaps
         else f"Correct attribution of {truth.fault.value} on rank {truth.rank}."
     )
+    if answer.cycles:
+        notes += f" Judged on cycle {answer.cycles.index(attribution) + 1} of {len(answer.cycles)}."
     return Verdict(
         case=case.id,
         status="scored",
