@@ -68,6 +68,36 @@ DECISIONS: dict[str, str] = {
     "none": ERRORS_NOT_FOUND,
 }
 LABEL_DECISIONS = {"STOP": STOP, "RESTART": RESTART, "NONE": ERRORS_NOT_FOUND}
+# The analyser's classes that name each labelled fault (the `failure` dimension): a fault its
+# text can show in several ways (a host OOM as the kernel's kill, a bus error as a memory signal)
+# has each of them.
+FAULT_CLASSES: dict[str, frozenset[str | None]] = {
+    "exception": frozenset({"WORKLOAD_EXC", "ASYNC_EXC", "SIGNAL_EXC", "CRASH"}),
+    "device_assert": frozenset({"DEVICE_ASSERT"}),
+    "nan_loss": frozenset({"NAN_LOSS"}),
+    "segfault": frozenset({"SEGFAULT", "BUS_ERROR"}),
+    "abort": frozenset({"OS_ABORT"}),
+    "dataloader_error": frozenset(
+        {"WORKLOAD_EXC", "HOST_OOM", "SIGKILL", "BUS_ERROR", "SEGFAULT", "CRASH"}
+    ),
+    "checkpoint_error": frozenset({"WORKLOAD_EXC", "IO_ERROR", "CRASH"}),
+    "cuda_oom": frozenset({"CUDA_OOM"}),
+    "host_oom": frozenset({"HOST_OOM", "SIGKILL"}),
+    "oom_kill": frozenset({"HOST_OOM", "SIGKILL"}),
+    "sigkill": frozenset({"SIGKILL", "HOST_OOM"}),
+    "illegal_memory_access": frozenset({"GPU_ERROR"}),
+    "ecc_error": frozenset({"GPU_ERROR"}),
+    "fallen_off_bus": frozenset({"GPU_ERROR"}),
+    "xid": frozenset({"GPU_ERROR"}),
+    "cuda_error": frozenset({"GPU_ERROR"}),
+    "node_failure": frozenset({"NODE_LOST"}),
+    "store_lost": frozenset({"STORE_LOST"}),
+    "sigterm": frozenset({"SIGTERM", "SIGINT", "SIGNAL_EXC"}),
+    "nccl_error": frozenset({"NCCL_ERROR"}),
+    "nccl_timeout": frozenset({"HANG", "GPU_SLEEP"}),
+    "none": frozenset({None}),
+}
+DIMENSIONS = ("decision", "class", "rank", "failure")
 
 
 @dataclass(frozen=True)
@@ -83,6 +113,16 @@ class LabelledLog:
     category: str
     decision: str  # as the analyser prints it
     root_ranks: tuple[int, ...] | None
+
+    def dimensions(self, result: LogAttribution) -> dict[str, bool | None]:
+        """Each dimension (DIMENSIONS): whether the analyser got it right; None for the rank
+        when the text does not determine it."""
+        return {
+            "decision": result.decision == self.decision,
+            "class": result.category == self.category,
+            "rank": None if self.root_ranks is None else result.root_rank in self.root_ranks,
+            "failure": result.fault_class in FAULT_CLASSES[self.fault],
+        }
 
     def disagreements(self, result: LogAttribution) -> list[str]:
         """What the analyser got wrong on this case (empty: it agrees): the decision, the
