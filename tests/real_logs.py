@@ -78,11 +78,11 @@ FAULT_CLASSES: dict[str, frozenset[str | None]] = {
     "segfault": frozenset({"SEGFAULT", "BUS_ERROR"}),
     "abort": frozenset({"OS_ABORT"}),
     "dataloader_error": frozenset(
-        {"WORKLOAD_EXC", "HOST_OOM", "SIGKILL", "BUS_ERROR", "SEGFAULT", "CRASH"}
+        {"WORKLOAD_EXC", "HOST_OOM", "SIGKILL", "BUS_ERROR", "SEGFAULT", "CRASH", "SHM_FULL"}
     ),
     "checkpoint_error": frozenset({"WORKLOAD_EXC", "IO_ERROR", "CRASH"}),
     "cuda_oom": frozenset({"CUDA_OOM"}),
-    "host_oom": frozenset({"HOST_OOM", "SIGKILL"}),
+    "host_oom": frozenset({"HOST_OOM", "SIGKILL", "SHM_FULL"}),
     "oom_kill": frozenset({"HOST_OOM", "SIGKILL"}),
     "sigkill": frozenset({"SIGKILL", "HOST_OOM"}),
     "illegal_memory_access": frozenset({"GPU_ERROR"}),
@@ -90,7 +90,7 @@ FAULT_CLASSES: dict[str, frozenset[str | None]] = {
     "fallen_off_bus": frozenset({"GPU_ERROR"}),
     "xid": frozenset({"GPU_ERROR"}),
     "cuda_error": frozenset({"GPU_ERROR"}),
-    "node_failure": frozenset({"NODE_LOST"}),
+    "node_failure": frozenset({"NODE_LOST", "LAUNCH_FAILED"}),
     "store_lost": frozenset({"STORE_LOST"}),
     "sigterm": frozenset({"SIGTERM", "SIGINT", "SIGNAL_EXC"}),
     "nccl_error": frozenset({"NCCL_ERROR"}),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from nvrx.analyze.logattr import attribute_log
+from nvrx.analyze.logattr import ERRORS_NOT_FOUND, attribute_log
 from nvrx.score.evidence import RESTART, STOP
 
 
@@ -82,3 +82,176 @@ def test_srun_exits_name_launchers_once_workers_label_their_lines() -> None:
 def test_a_rank_that_torch_labels_inside_its_own_srun_label_is_still_that_task() -> None:
     log = ["2: [rank2]: step 4", "srun: error: n2: task 2: Segmentation fault"]
     assert attribute(*log) == (STOP, "SEGFAULT", 2)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "E0312 00:49:05.096000 184948 torch/distributed/elastic/multiprocessing/api.py:869] failed "
+        "(exitcode: 1) local_rank: 0 (pid: 185002) of binary: /venv/bin/python",
+        "  exitcode  : 2 (pid: 78970)",
+    ],
+)
+def test_a_workers_positive_exit_code_is_an_exception_whose_traceback_is_elsewhere(
+    line: str,
+) -> None:
+    assert attribute("step 10 loss 2.0", line)[:2] == (STOP, "WORKLOAD_EXC")
+
+
+def test_an_earlier_strong_failure_explains_the_exit_code_after_it() -> None:
+    log = [
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 112.00 MiB.",
+        "  exitcode  : 1 (pid: 4242)",
+        "srun: error: gpu-001: tasks 0-2,4: Exited with exit code 1",
+    ]
+    assert attribute(*log)[:2] == (STOP, "CUDA_OOM")
+
+
+REPORT = """\
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2024-05-19_16:39:58
+  host      : node-a
+  rank      : 5 (local_rank: 1)
+  exitcode  : -9 (pid: 78971)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 78971
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2024-05-19_16:39:58
+  host      : node-a
+  rank      : 4 (local_rank: 0)
+  exitcode  : 1 (pid: 78970)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================"""
+
+
+def test_the_reports_root_cause_is_the_root_and_its_other_failures_are_consequences() -> None:
+    result = attribute_log(REPORT + "\n")
+    assert (result.decision, result.fault_class, result.root_rank) == (STOP, "WORKLOAD_EXC", 4)
+    assert any(5 in issue.ranks for issue in result.secondary)
+
+
+def test_a_report_cut_inside_its_root_cause_keeps_the_failures_it_listed() -> None:
+    cut = REPORT[: REPORT.index("  rank      : 4")]
+    assert attribute(cut)[:2] == (STOP, "SIGKILL")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "srun: error: Task launch for 36.0 failed on node cn131: Job credential expired",
+        "srun: error: task 0 launch failed: Slurmd could not connect IO",
+        "slurmstepd: error: execve(): /tmp/slurmd/job2997814/slurm_script: No such file or directory",
+        "pdsh@host-7: localhost: ssh exited with exit code 255",
+        "localhost: user@localhost: Permission denied (publickey,password).",
+        "RuntimeError: Using hostfile at /etc/hostfile but host=w-0 was not reachable via ssh.",
+    ],
+)
+def test_a_node_that_cannot_start_the_tasks_is_a_launch_failure_that_restarts(line: str) -> None:
+    assert attribute(line)[:2] == (RESTART, "LAUNCH_FAILED")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient "
+        "shared memory (shm).",
+        "RuntimeError: DataLoader worker (pid 325) is killed by signal: Bus error.",
+        "NCCL WARN Error: failed to extend /dev/shm/nccl-abc to 9637892 bytes: No space left on "
+        "device",
+    ],
+)
+def test_shared_memory_running_out_is_a_resource_limit_not_a_code_bug(line: str) -> None:
+    assert attribute("epoch 2", line)[:2] == (STOP, "SHM_FULL")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        " iteration 5426/ 250000 | loss scale: 1.0 | grad norm: nan | number of nan iterations: 0 |",
+        "{'loss': 0.0, 'rewards/chosen': nan, 'rewards/rejected': nan, 'epoch': 0.0}",
+        "  0% 411/788222 [28:13<880:51:13, 4.03s/it, loss=nan, lr=2.5e-5]",
+    ],
+)
+def test_a_metric_logged_as_nan_that_stays_nan_is_a_nan_failure(line: str) -> None:
+    assert attribute(line, line)[:2] == (STOP, "NAN_LOSS")
+
+
+def test_a_nan_metric_that_comes_back_finite_was_a_skipped_step_not_a_failure() -> None:
+    log = [
+        "Epoch [1][100/62598] lr: 1.000e-03, loss: 1.9091, grad_norm: nan",
+        "Epoch [1][200/62598] lr: 1.000e-03, loss: 0.9213, grad_norm: 3.9812",
+    ]
+    assert attribute(*log)[0] == ERRORS_NOT_FOUND
+
+
+def test_megatrons_nan_iteration_counter_is_not_a_nan() -> None:
+    line = " iteration 7/ 100 | lm loss: 2.3E+00 | grad norm: 1.2 | number of nan iterations: 0 |"
+    assert attribute(line)[0] == ERRORS_NOT_FOUND
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[rank4]:[E205 18:11:06.375 ProcessGroupNCCL.cpp:1870] [PG ID 12 Rank 4] ProcessGroupNCCL's "
+        "watchdog got stuck for 480 seconds without making progress in monitoring enqueued "
+        "collectives.",
+        "[rank0]:[E804 23:05:54.817 ProcessGroupNCCL.cpp:1914] [PG ID 0 Rank 0] Received a dump "
+        "signal due to a collective timeout from  rank 13 and we will try our best to dump the "
+        "debug info.",
+    ],
+)
+def test_the_watchdogs_heartbeat_and_dump_signals_are_hangs(line: str) -> None:
+    assert attribute(line)[:2] == (RESTART, "HANG")
+
+
+@pytest.mark.parametrize(
+    ("line", "rank"),
+    [
+        (
+            "mpirun noticed that process rank 1 with PID 4242 on node n3 exited on signal 9 (Killed).",
+            1,
+        ),
+        ("run.sh: line 66: 777016 Killed                  python train.py", None),
+    ],
+)
+def test_a_kill_reported_by_mpirun_or_the_shell_is_a_sigkill(line: str, rank: int | None) -> None:
+    assert attribute("step 85700", line) == (STOP, "SIGKILL", rank)
+
+
+def test_a_time_at_the_start_of_a_line_is_not_an_srun_label() -> None:
+    line = "18:19:06.687 [rank2]: Fatal Python error: Segmentation fault"
+    assert attribute(line) == (STOP, "SEGFAULT", 2)
+
+
+def test_the_explanation_cites_the_cause_and_the_consequences_it_set_aside() -> None:
+    fanout = [
+        "W0726 10:59:50.786 api.py:858] Sending process 147865 closing signal SIGTERM",
+        "W0726 10:59:50.787 api.py:858] Sending process 147866 closing signal SIGTERM",
+    ]
+    result = attribute_log("\n".join([*fanout, *REPORT.splitlines()]) + "\n")
+    root_line = 2 + REPORT.splitlines().index("  exitcode  : 1 (pid: 78970)") + 1
+    assert result.explanation.startswith(f"WORKLOAD_EXC on rank 4 at line {root_line}:")
+    assert "the launcher's SIGTERM to 2 worker(s) (lines 1, 2)" in result.explanation
+    assert "the failures of rank 5 that the report lists before its root cause (lines 12, 14)" in (
+        result.explanation
+    )
+
+
+def test_peers_that_timed_out_are_cited_as_consequences_with_their_lines() -> None:
+    log = [
+        "1: Fatal Python error: Segmentation fault",
+        "0: [rank0]: Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5) ran for 600010 ms",
+        "2: [rank2]: Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5) ran for 600010 ms",
+        "srun: error: n1: task 1: Segmentation fault",
+    ]
+    result = attribute_log("\n".join(log) + "\n")
+    assert result.explanation.startswith("SEGFAULT on rank 1 at line 1:")
+    assert "ranks 0, 2 timed out waiting for rank 1 (lines 2, 3)" in result.explanation

@@ -143,6 +143,11 @@ def test_the_quick_pool_runs_end_to_end_within_its_window(slurm: Slurm, shared_d
 
     # Each run was analysed and scored as it ended, and the report agrees with the journal.
     assert_report_matches_journal(session, 8)
+    # The built-in analyser attributes every quick-pool fault fully: 100 % on every text
+    # dimension of every cell (the FR dimension depends on what each fault lets dump).
+    for cell in json.loads((session / "report.json").read_text())["matrix"]:
+        for dimension in ("restart_correct", "rank_primary", "rank_any", "fault_described"):
+            assert cell["pass_rates"][dimension] == 1.0, cell
     for result in summary["results"]:
         analysis = Path(result["experiment_dir"]) / "analysis"
         assert (analysis / "run_valid.txt").read_text().startswith("true\nvalid: ")

@@ -132,7 +132,7 @@ FaultClass = Literal[
     "LOCK_GIL", "SEGFAULT", "SIGINT", "SIGKILL", "SIGTERM", "SIGSTOP", "CRASH", "HANG",
     # What real jobs print beyond the injected faults (logscan):
     "CUDA_OOM", "HOST_OOM", "DEVICE_ASSERT", "NAN_LOSS", "IO_ERROR", "NCCL_ERROR", "STORE_LOST",
-    "NODE_LOST", "BUS_ERROR",
+    "NODE_LOST", "BUS_ERROR", "SHM_FULL", "LAUNCH_FAILED",
 ]  # fmt: skip
 
 # The category of each class (docs/log-attribution-policy.md): what failed, which decides the
@@ -162,6 +162,8 @@ CATEGORIES: dict[str, Category] = {
     "STORE_LOST": "infrastructure",
     "NODE_LOST": "infrastructure",
     "BUS_ERROR": "software",
+    "SHM_FULL": "resource",
+    "LAUNCH_FAILED": "infrastructure",
 }
 
 # Decision and the reason given in the explanation field, per class
@@ -190,11 +192,14 @@ DECISIONS: dict[str, tuple[str, str]] = {
     "STORE_LOST": (RESTART, "the rendezvous host was lost; a new allocation recovers"),
     "NODE_LOST": (RESTART, "Slurm lost a node of the job; a new allocation recovers"),
     "BUS_ERROR": (STOP, "a bus error is a memory fault that repeats until its cause is fixed"),
+    "SHM_FULL": (STOP, "the same configuration runs out of shared memory (/dev/shm) again"),
+    "LAUNCH_FAILED": (RESTART, "a node could not start the job's tasks; a new allocation recovers"),
 }
 
 # --- line grammar --------------------------------------------------------------------------------
 
-_LABEL = re.compile(r"^ *(\d{1,9}): ?(.*)$")  # more digits is not a rank (nvrx.limits)
+# More digits is not a rank (nvrx.limits); `18:11:06.680 text` is a time, not rank 18.
+_LABEL = re.compile(r"^ *(\d{1,9}):(?!\d\d[:.]) ?(.*)$")
 _SYSTEM = re.compile(r"^(?:srun|slurmstepd)\b")
 _TASK_EXIT = re.compile(
     r"^srun: error: (?P<node>[^:\s]+): tasks? (?P<tasks>[\d,\-]+): (?P<status>.+)$"
@@ -530,7 +535,7 @@ class _Reader:
 
     @property
     def every_line(self) -> bool:
-        return bool(self.open)
+        return bool(self.open) or self.scan.watching
 
     def feed(self, no: int, raw: str) -> None:
         blinded = blind_line(raw)
@@ -699,10 +704,12 @@ def _classify(facts: _Facts, root: int) -> tuple[FaultClass, str, list[_Line]]:
         fault, why = _classify_traceback(tb)
         return fault, why, [*tb.lines, *ends]
     if "Segmentation fault" in status or root in facts.segv:
-        return "SEGFAULT", said if status else "SIGSEGV", ends or [facts.segv[root]]
+        own = [facts.segv[root]] if root in facts.segv else []
+        return "SEGFAULT", said if status else "SIGSEGV", own + ends
     if status.startswith("Aborted") or root in facts.abort:
         why = (said if status else "SIGABRT") + ", without a watchdog timeout of its own"
-        return "OS_ABORT", why, ends or [facts.abort[root]]
+        own = [facts.abort[root]] if root in facts.abort else []
+        return "OS_ABORT", why, own + ends
     if status.startswith("Terminated"):
         return "SIGTERM", said, ends
     if status.startswith("Stopped") or "SIGSTOP" in status:
@@ -763,6 +770,8 @@ _PRIMARY: dict[str, str] = {
     "STORE_LOST": "lost the rendezvous store (TCPStore) or its connection",
     "NODE_LOST": "node failure: Slurm lost the node (the ranks on it vanished)",
     "BUS_ERROR": "Bus error (SIGBUS, signal 7): the process touched memory that is not there",
+    "SHM_FULL": "shared memory (/dev/shm) exhausted: a worker died of a bus error",
+    "LAUNCH_FAILED": "task launch failed: a node could not start the job's processes",
 }
 
 # Text that would change how `evidence.Attribution.parse` reads the fields if quoted from the log.
@@ -815,6 +824,38 @@ def _secondary(facts: _Facts, root: int | None) -> tuple[list[Issue], list[int]]
     for status, ranks in by_status.items():
         issues.append(Issue(tuple(ranks), _clean(f"{_ranks_text(ranks)}: task ended ({status})")))
     return issues, collateral
+
+
+def _explained(cause: str, evidence: tuple[Evidence, ...], reason: str, aside: list[str]) -> str:
+    """`CUDA_OOM on rank 3 at line 812: <reason>. Set aside as consequences: ...` (cited lines)."""
+    at = f" at line {evidence[0].line}" if evidence else ""
+    text = f"{cause}{at}: {reason}."
+    if aside:
+        text += f" Set aside as consequences: {'; '.join(aside)}."
+    return _defuse(text)
+
+
+def _set_aside(facts: _Facts, root: int, collateral: list[int]) -> list[str]:
+    """The rules' consequences of the root's failure, with their lines."""
+    out = []
+    if collateral:
+        lines = [facts.timed_out[r].no for r in collateral]
+        out.append(
+            f"{_ranks_text(collateral)} timed out waiting for rank {root} "
+            f"({logscan.lines_text(lines[:EARLY_LINES], len(lines))})"
+        )
+    ended = sorted((r, e) for r, e in facts.exits.items() if r != root and r not in facts.timed_out)
+    if ended:
+        ranks = [r for r, _ in ended]
+        lines = [e.line.no for _, e in ended]
+        out.append(
+            f"{_ranks_text(ranks)} ended after it, by srun's account "
+            f"({logscan.lines_text(lines[:EARLY_LINES], len(set(lines)))})"
+        )
+    return out
+
+
+EARLY_LINES = 4  # line numbers cited per consequence (with how many more)
 
 
 def _evidence(lines: list[_Line]) -> tuple[Evidence, ...]:
@@ -871,8 +912,16 @@ def _attribute(reader: _Reader, unfed_text: bool) -> LogAttribution:
             ERRORS_NOT_FOUND, checkpoint_saved=facts.checkpoint_saved, rules=("no errors",)
         )
     fault, why, lines = _classify(facts, root)
-    # CRASH is the rules' catch-all: the root's own lines may say what it was.
-    if fault == "CRASH" and (said := scan.strong.get(root)) is not None:
+    # CRASH is the rules' catch-all: the root's own lines may say what it was. Else a failure
+    # that the log states before the exit explains it: an exit code is a consequence, never a
+    # cause of its own (srun's `task 0: Exited with exit code 1` after the OOM that caused it, or
+    # for an agent whose report names the worker that failed).
+    said = scan.strong.get(root) if fault == "CRASH" else None
+    if fault == "CRASH" and said is None and (first := scan.root()) is not None:
+        ended = lines[0].no if lines else None
+        if first.fault in logscan.STRONG_FAULTS and (ended is None or first.line < ended):
+            return _first_failure(facts, first, scan)
+    if said is not None:
         fault = said.fault  # type: ignore[assignment]
         why = f"{why}; the log says: {said.text[:160]}"
     if root in facts.vote_lines:
@@ -888,6 +937,7 @@ def _attribute(reader: _Reader, unfed_text: bool) -> LogAttribution:
     elif fault == "LOCK_GIL" and root not in facts.gil:
         note = "a SIGSTOP of rank 0 would look the same in this log"
     evidence = _evidence(lines)
+    aside = _set_aside(facts, root, collateral) + scan.set_aside()
     return LogAttribution(
         decision=decision,
         fault_class=fault,
@@ -896,7 +946,7 @@ def _attribute(reader: _Reader, unfed_text: bool) -> LogAttribution:
         secondary=tuple(secondary),
         collateral_ranks=tuple(collateral),
         evidence=evidence,
-        explanation=f"{fault} on rank {root}: {reason}.",
+        explanation=_explained(f"{fault} on rank {root}", evidence, reason, aside),
         detail=_detail(evidence, note),
         checkpoint_saved=facts.checkpoint_saved,
         rules=(root_rule, f"class: {fault}"),
@@ -920,6 +970,8 @@ def _first_failure(facts: _Facts, root: Failure, scan: Scan) -> LogAttribution:
     )
     lines = [root, *after]
     evidence = tuple(Evidence(f.line, f.rank, _defuse(f.text)) for f in lines)
+    after_lines = logscan.lines_text([f.line for f in after])
+    aside = [f"what failed after it ({after_lines})"] if after else []
     return LogAttribution(
         decision=decision,
         fault_class=fault,
@@ -927,7 +979,9 @@ def _first_failure(facts: _Facts, root: Failure, scan: Scan) -> LogAttribution:
         primary=(primary,),
         secondary=secondary,
         evidence=evidence,
-        explanation=f"{fault} on {who}: {reason}.",
+        explanation=_explained(
+            f"{fault} on {who}", evidence[:1], reason, [*aside, *scan.set_aside()]
+        ),
         detail=_detail(evidence),
         checkpoint_saved=facts.checkpoint_saved,
         rules=("root: the first failure in causal order (any log format)", f"class: {fault}"),

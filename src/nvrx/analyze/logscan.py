@@ -22,6 +22,9 @@ every line while a reader asks for them all (`logattr` inside a traceback); the 
 a line's first `MAX_LINE` characters. `Scan` keeps what the root needs (the first failure of each
 class, the first few failures, each rank's first strong one), so its memory grows with the
 number of ranks (at most `MAX_RANKS`), never with the number of lines.
+
+One module: the patterns, the keyword gate that must cover them (a test holds the two against
+each other) and the scan whose tiers and consequence rules read their matches change together.
 """
 
 from __future__ import annotations
@@ -39,6 +42,32 @@ from nvrx.limits import as_rank
 # A failure is said in its first characters; a 100 MB line must not cost 100 MB of matching.
 MAX_LINE = 4096
 
+# A NaN check that fired (terminal), and a training metric logged as NaN or Inf (`grad norm:
+# nan`, `'rewards/chosen': nan`, `loss=nan`; not Megatron's `number of nan iterations: 0`), which
+# is a failure only if the metric does not come back finite (`Scan`: mixed precision skips a
+# step whose gradients overflowed, and logs it).
+_NAN_CHECK = r"found NaN|loss is nan|\bNaN or Inf\b|\bnan loss\b|NaN detected"
+_METRIC = r"\b(loss|grad[ _]?norm|rewards?|logps|logits)(?:/\w+)?['\"]?\s*[:=]\s*"
+_NAN_METRIC = _METRIC + r"[-+]?(?:nan|inf)\b"
+_NAN_CHECK_RE = re.compile(_NAN_CHECK, re.IGNORECASE | re.ASCII)
+_METRIC_NAN_RE = re.compile(_NAN_METRIC, re.IGNORECASE | re.ASCII)
+_METRIC_FINITE_RE = re.compile(_METRIC + r"[-+]?\d", re.IGNORECASE | re.ASCII)
+
+
+def _finite(text: str, name: str) -> bool:
+    """Whether `text` logs the metric `name` with a finite value."""
+    return any(_metric(m) == name for m in _METRIC_FINITE_RE.finditer(text))
+
+
+# Lines read after a NaN metric for the same metric coming back finite.
+NAN_RECOVERY_LINES = 200
+
+# torch elastic's failure report: `Failures:` lists the other failed workers, then `Root Cause
+# (first observed failure):` names the one that failed first, one entry each (`[0]:`, `time :`,
+# `host :`, `rank : 3 (local_rank: 3)`, `exitcode : -9 (pid: ...)`, `error_file :`, `traceback :`).
+_ROOT_CAUSE = "Root Cause (first observed failure)"
+_REPORT_FIELD = re.compile(r"^\s*(?:\[\d+\]:|(?:time|host|rank|exitcode|error_file|traceback)\s*:)")
+
 # (fault class, pattern), most specific first; the first that matches a line names its failure.
 # The names are logattr's FaultClass values.
 PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
@@ -52,6 +81,9 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("DEVICE_ASSERT", r"device-side assert|\.cu:\d+: .*Assertion .* failed"),
         # A launch mistake NCCL reports: a code or configuration bug, not the network.
         ("WORKLOAD_EXC", r"ncclInvalidUsage|Duplicate GPU detected"),
+        # torch elastic's report of a worker that exited non-zero on its own (negative codes are
+        # signals, below): an error in the training code whose traceback is not in the log.
+        ("WORKLOAD_EXC", r"failed \(exitcode: [1-9]\d*\)|^\s*exitcode\s*:\s*[1-9]\d* \(pid"),
         (
             "GPU_ERROR",
             r"\bXid\b|\bECC error|fallen off the bus|illegal memory access"
@@ -63,7 +95,14 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             r"|killed by signal: Killed|Cannot allocate memory"
             r"|memory allocation of \d+ bytes failed",
         ),
-        ("NAN_LOSS", r"found NaN|loss is nan|\bNaN or Inf\b|\bnan loss\b|NaN detected"),
+        ("NAN_LOSS", _NAN_CHECK + "|" + _NAN_METRIC),
+        # Shared memory (/dev/shm) ran out: DataLoader workers and NCCL die of a bus error that
+        # the message itself blames on it. A limit of the job's container or node: a resource.
+        (
+            "SHM_FULL",
+            r"insufficient shared memory \(shm\)|killed by signal: Bus error"
+            r"|No space left on device[^\n]*/dev/shm|/dev/shm[^\n]*No space left on device",
+        ),
         # A fatal signal as UCX and the CUDA runtime report it (`[host:pid :0:tid] Caught signal
         # 7 (Bus error: nonexistent physical address)`), as Python's faulthandler and torch
         # elastic do: the process touched memory that is not there.
@@ -80,10 +119,19 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         (
             "SIGKILL",
             r"Signal 9 \(SIGKILL\)|exitcode\s*:\s*-9\b|return code = -9\b|: Killed$"
+            r"|exited on signal 9\b|: line \d+: +\d+ Killed\b"
             r"|^\s*Killed\s*$|\bSIGKILL\b",
         ),
         # Slurm lost a node of the job: its ranks vanish without a word of their own.
         ("NODE_LOST", r"\bNode failure on\b|DUE TO NODE FAILURE|\bNODE_FAIL\b"),
+        # The job's tasks could not be started on a node: srun's or slurmd's launch failing, a
+        # launcher's ssh refused or unreachable (pdsh, DeepSpeed's multi-node runner).
+        (
+            "LAUNCH_FAILED",
+            r"\bTask launch for \S+ failed on node\b|\btasks? \d+ launch failed\b"
+            r"|slurmstepd: error: execve\(\)|ssh exited with exit code 255"
+            r"|Permission denied \(publickey|not reachable via ssh",
+        ),
         (
             "SIGTERM",
             r"\bSIGTERM\b|Received 15 death signal|exitcode\s*:\s*-15\b"
@@ -112,7 +160,15 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             r"Connection reset by peer|recvValue failed|RendezvousConnectionError"
             r"|TCPStore\b.*(?:failed|timed out|timeout)|Broken pipe|keepalive",
         ),
-        ("HANG", r"collective operation timeout"),  # torch's watchdog: `Watchdog caught ...`
+        # torch's watchdog: `Watchdog caught collective operation timeout`, its heartbeat monitor
+        # (`watchdog got stuck for 480 seconds`), and a flight-recorder dump another rank asked
+        # for on its own timeout.
+        (
+            "HANG",
+            r"collective operation timeout|watchdog got stuck for \d+ seconds"
+            r"|Received a dump signal due to a collective timeout"
+            r"|Observed flight recorder dump signal from another rank",
+        ),
     )
 )
 # An exception line: a class name ending in Error or Exception, then `:` or the end.
@@ -159,6 +215,20 @@ class Failure:
     text: str
 
 
+def lines_text(lines: list[int], count: int | None = None) -> str:
+    """`line 5`, `lines 5, 9`, `lines 5, 9 and 12 more`: a few line numbers and how many."""
+    shown = sorted(set(lines))
+    if not shown:
+        return "no line"
+    more = (count if count is not None else len(shown)) - len(shown)
+    head = ("line " if len(shown) == 1 and more <= 0 else "lines ") + ", ".join(map(str, shown))
+    return head + (f" and {more} more" if more > 0 else "")
+
+
+def _metric(m: re.Match[str]) -> str:
+    return m.group(1).lower().replace(" ", "_")
+
+
 def line_rank(line: str) -> int | None:
     """The rank a line belongs to, from its prefix or its message; None when it does not say
     (or says a number no job has as a rank)."""
@@ -195,6 +265,8 @@ def _failure(no: int, line: str) -> Failure | None:
 
 # Failures kept in log order beyond the first of each class: evidence for the report.
 EARLY = 4
+# A report's entries held until its root cause: one per failed worker, bounded like the ranks.
+MAX_LISTED = 4096
 
 
 @dataclass
@@ -209,18 +281,100 @@ class Scan:
     early: list[Failure] = field(default_factory=list)  # the first EARLY failures
     ranks: set[int] = field(default_factory=set)  # every rank that failed
     strong: dict[int, Failure] = field(default_factory=dict)  # each rank's first strong failure
+    # A metric logged as NaN, held until NAN_RECOVERY_LINES pass without it coming back finite.
+    nan_metric: Failure | None = None
+    nan_name: str = ""
+    nan_until: int = 0
+    # A report's entries before its root cause: other failures once the root cause comes.
+    listed: list[Failure] = field(default_factory=list)
+    in_root_cause: bool = False
+    displaced: list[Failure] = field(default_factory=list)  # listed before the root cause
+    root_cause_found: bool = False  # the root cause entry held a failure
+    # Consequences set aside, for the explanation: the agent's SIGTERM fan-out and the other
+    # failures a report lists before its root cause (the first few lines of each, and counts).
+    fanout_lines: list[int] = field(default_factory=list)
+    fanout: int = 0
+    listed_lines: list[int] = field(default_factory=list)
+    listed_count: int = 0  # lines
+    listed_ranks: set[int] = field(default_factory=set)
+
+    @property
+    def watching(self) -> bool:
+        """Whether every line is wanted now (a NaN metric waits for its next value)."""
+        return self.nan_metric is not None
 
     def feed(self, no: int, line: str) -> None:
-        if (m := _CONTEXT_RANK.search(line[:MAX_LINE])) is not None:
+        text = line[:MAX_LINE]
+        if self.nan_metric is not None:
+            if _finite(text, self.nan_name):
+                self.nan_metric = None  # recovered: the step was skipped, training went on
+            elif no > self.nan_until:
+                self.settle()
+        if (m := _CONTEXT_RANK.search(text)) is not None:
             self.context = as_rank(m.group(1) or m.group(2))
+        if _FAN_OUT.search(text):
+            self.fanout += 1
+            if len(self.fanout_lines) < EARLY:
+                self.fanout_lines.append(no)
+            return
+        field_line = _REPORT_FIELD.match(text) is not None
+        if _ROOT_CAUSE in text:
+            # The entries listed before it failed after it: consequences, never the root, once
+            # its own entry says what failed (a log cut inside it keeps them).
+            self._close_root_cause()
+            self.displaced, self.listed = self.listed, []
+            self.in_root_cause, self.root_cause_found = True, False
+            return
+        if self.in_root_cause and not field_line:
+            self._close_root_cause()
         f = _failure(no, line)
         if f is None:
             return
         if f.rank is None and self.context is not None:
             f = replace(f, rank=self.context)
+        if field_line and not self.in_root_cause and len(self.listed) < MAX_LISTED:
+            self.listed.append(f)  # an entry of a report whose root cause may follow
+            return
+        self.root_cause_found = self.root_cause_found or self.in_root_cause
+        nan = _METRIC_NAN_RE.search(text) if f.fault == "NAN_LOSS" else None
+        if nan is not None and not _NAN_CHECK_RE.search(text):
+            if self.nan_metric is None:
+                self.nan_metric, self.nan_name = f, _metric(nan)
+            self.nan_until = no + NAN_RECOVERY_LINES
+            return
+        self._record(f)
+
+    def settle(self) -> None:
+        """Take a NaN metric that did not come back finite as the failure it is, and a report's
+        entries that no root cause followed as failures of their own."""
+        if self.nan_metric is not None:
+            f, self.nan_metric = self.nan_metric, None
+            self._record(f)
+        self._close_root_cause()
+        listed, self.listed = self.listed, []
+        for f in listed:
+            self._record(f)
+
+    def _close_root_cause(self) -> None:
+        displaced, self.displaced = self.displaced, []
+        for f in displaced:
+            if self.root_cause_found:
+                if f.rank is not None:
+                    self.ranks.add(f.rank)  # another failure: a secondary issue
+                self.listed_count += 1
+                if f.rank is not None:
+                    self.listed_ranks.add(f.rank)
+                if len(self.listed_lines) < EARLY:
+                    self.listed_lines.append(f.line)
+            else:
+                self._record(f)
+        self.in_root_cause = False
+
+    def _record(self, f: Failure) -> None:
         self.first.setdefault(f.fault, f)
-        if len(self.early) < EARLY:
-            self.early.append(f)
+        if f.line < self.first[f.fault].line:
+            self.first[f.fault] = f
+        self.early = sorted([*self.early, f], key=lambda e: e.line)[:EARLY]
         if f.rank is not None:
             self.first_ranked.setdefault(f.fault, f)
             self.ranks.add(f.rank)
@@ -231,6 +385,7 @@ class Scan:
         """The root failure (None: nothing failed). A root without a rank takes the rank of a
         later report of the same failure that says it (the watchdog's `[Rank 1] ... ECC error`
         after the traceback's own line)."""
+        self.settle()
         for tier in (STRONG_FAULTS, {"WORKLOAD_EXC"}, *({weak} for weak in _WEAK)):
             found = [self.first[fault] for fault in tier if fault in self.first]
             if found:
@@ -240,8 +395,31 @@ class Scan:
                 return root
         return None
 
+    def set_aside(self) -> list[str]:
+        """The consequences this scan set aside, each with its lines (for an explanation)."""
+        self.settle()
+        out = []
+        if self.fanout:
+            out.append(
+                f"the launcher's SIGTERM to {self.fanout} worker(s) "
+                f"({lines_text(self.fanout_lines, self.fanout)})"
+            )
+        if self.listed_count:
+            who = (
+                ("rank " if len(self.listed_ranks) == 1 else "ranks ")
+                + ", ".join(map(str, sorted(self.listed_ranks)))
+                if self.listed_ranks
+                else "other workers"
+            )
+            out.append(
+                f"the failures of {who} that the report lists before its root cause "
+                f"({lines_text(self.listed_lines, self.listed_count)})"
+            )
+        return out
+
     def others(self, root: Failure) -> tuple[list[int], list[Failure]]:
         """The ranks that failed besides the root's, and the first failures after it."""
+        self.settle()
         ranks = sorted(self.ranks - {root.rank} if root.rank is not None else self.ranks)
         return ranks, [f for f in self.early if f.line != root.line][: EARLY - 1]
 
@@ -258,7 +436,9 @@ KEYWORDS = (
     "cancelled", "stale file", "quota", "no space", "write failed", "failed writing",
     "remote process", "nccl warn", "ibv_", "core dumped", "abort", "connection", "recvvalue",
     "tcpstore", "broken pipe", "keepalive", "timeout", "exception", "traceback", "local_rank",
-    "node fail", "node_fail",
+    "node fail", "node_fail", "launch failed", "task launch", "execve", "ssh exited",
+    "permission denied", "via ssh", "shared memory", "/dev/shm", ": nan", ":nan", "= nan",
+    "=nan", ": inf", ":inf", "= inf", "=inf", "-inf", "watchdog", "dump signal", "root cause",
 )  # fmt: skip
 
 
