@@ -255,3 +255,66 @@ def test_peers_that_timed_out_are_cited_as_consequences_with_their_lines() -> No
     result = attribute_log("\n".join(log) + "\n")
     assert result.explanation.startswith("SEGFAULT on rank 1 at line 1:")
     assert "ranks 0, 2 timed out waiting for rank 1 (lines 2, 3)" in result.explanation
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "*** Error in `python': malloc(): smallbin double linked list corrupted: 0x00007f9dfc2cc060 ***",
+        "munmap_chunk(): invalid pointer",
+        "double free or corruption (!prev)",
+    ],
+)
+def test_glibcs_heap_checks_abort_the_process(line: str) -> None:
+    assert attribute("step 3", line)[:2] == (STOP, "OS_ABORT")
+
+
+def test_mpi_and_horovod_tags_name_the_rank() -> None:
+    assert attribute("[1,2]<stderr>:munmap_chunk(): invalid pointer") == (STOP, "OS_ABORT", 2)
+    line = "Mon Jun  7 11:51:57 2021[3]<stderr>:double free or corruption (out)"
+    assert attribute(line) == (STOP, "OS_ABORT", 3)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "RuntimeError: Timed out initializing process group in store based barrier on rank: 4330, "
+        "for key: store_based_barrier_key:522 (world_size=2048, worker_count=1792, timeout=0:30:00)",
+        "[2021-06-07 11:51:57.963853: E /tmp/horovod/common/gloo/http_store.cc:96] HTTP GET "
+        "request failed too many times, aborting. See exception message for details.",
+    ],
+)
+def test_a_rendezvous_store_out_of_reach_is_a_lost_store(line: str) -> None:
+    assert attribute(line)[:2] == (RESTART, "STORE_LOST")
+
+
+def test_a_gloo_send_or_recv_timeout_raised_as_an_error_is_a_hang() -> None:
+    line = (
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out "
+        "waiting 1800000ms for recv operation to complete"
+    )
+    assert attribute(line)[:2] == (RESTART, "HANG")
+
+
+STALL = (
+    "[1,0]<stderr>:W horovod/common/stall_inspector.cc:105] One or more tensors were submitted to "
+    "be reduced by subset of ranks and are waiting for remainder of ranks for more than 60 seconds."
+)
+
+
+def test_a_stall_that_nothing_follows_is_a_hang_on_the_rank_it_names_missing() -> None:
+    log = [STALL, "HorovodAllreduce_gradients_AddN_100_0 [missing ranks: 2]"]
+    assert attribute(*log) == (RESTART, "HANG", 2)
+
+
+def test_a_stall_warning_that_training_gets_past_is_not_a_failure() -> None:
+    log = [STALL, "[1,1]<stderr>:INFO:tensorflow:loss = 25.564167, step = 0"]
+    assert attribute(*log)[0] == ERRORS_NOT_FOUND
+
+
+def test_nccls_socket_creation_failing_is_a_network_error() -> None:
+    line = (
+        "[1,4]<stdout>:gpu7:4105:4372 [0] include/socket.h:318 NCCL WARN Net : Socket creation "
+        "failed : Address family not supported by protocol"
+    )
+    assert attribute(line) == (RESTART, "NCCL_ERROR", 4)

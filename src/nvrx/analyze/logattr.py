@@ -959,9 +959,11 @@ def _first_failure(facts: _Facts, root: Failure, scan: Scan) -> LogAttribution:
     which, else on an unknown rank."""
     fault: FaultClass = root.fault  # type: ignore[assignment]
     decision, reason = DECISIONS[fault]
-    who = f"rank {root.rank}" if root.rank is not None and fault != "HANG" else "unknown rank"
+    # A hang's own line is a waiting peer's, unless it names the rank waited for.
+    ranked = root.rank is not None and (fault != "HANG" or root.named)
+    who = f"rank {root.rank}" if ranked else "unknown rank"
     primary = Issue(
-        (root.rank,) if root.rank is not None and fault != "HANG" else (),
+        (root.rank,) if ranked and root.rank is not None else (),
         _clean(f"{who}: {_PRIMARY.get(fault, 'collective timeout (watchdog hang)')}"),
     )
     others, after = scan.others(root)
@@ -975,7 +977,7 @@ def _first_failure(facts: _Facts, root: Failure, scan: Scan) -> LogAttribution:
     return LogAttribution(
         decision=decision,
         fault_class=fault,
-        root_rank=root.rank if fault != "HANG" else None,
+        root_rank=root.rank if ranked else None,
         primary=(primary,),
         secondary=secondary,
         evidence=evidence,

@@ -59,8 +59,18 @@ def _finite(text: str, name: str) -> bool:
     return any(_metric(m) == name for m in _METRIC_FINITE_RE.finditer(text))
 
 
-# Lines read after a NaN metric for the same metric coming back finite.
+# Lines read after a NaN metric for the same metric coming back finite, or after a stall
+# warning for training progress.
 NAN_RECOVERY_LINES = 200
+# Horovod's stall inspector: some ranks wait for the others (`[missing ranks: 2]` names them).
+_STALL = r"waiting for remainder of ranks for more than \d+ seconds|\[missing ranks: [\d, ]+\]"
+_STALL_RE = re.compile(_STALL, re.IGNORECASE | re.ASCII)
+_MISSING_ONE = re.compile(r"\[missing ranks: (\d{1,9})\]")
+# A line that says training moved on: a step or iteration counter, a loss value.
+_PROGRESS = re.compile(
+    r"\b(?:step|iteration|iter|epoch|global_step)\b\s*[=:]?\s*\d|\bloss\s*[=:]\s*\d",
+    re.IGNORECASE | re.ASCII,
+)
 
 # torch elastic's failure report: `Failures:` lists the other failed workers, then `Root Cause
 # (first observed failure):` names the one that failed first, one entry each (`[0]:`, `time :`,
@@ -150,15 +160,27 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             # Connect to 10.0.0.2<38007> failed : Connection refused`, `... Connection closed by
             # remote peer`, `bootstrap ... failed`.
             r"|NCCL WARN (?:[^\n]*\bConnect(?:ion)? to \S+ failed|[^\n]*\bsocket\w*:"
+            r"|[^\n]*\bSocket \w+ failed"
             r"|[^\n]*\bbootstrap\w*\b[^\n]*(?:failed|error)"
             r"|[^\n]*Connection (?:refused|reset|closed|timed out)|[^\n]*connection abort)"
             r"|\bIBV_WC_|ibv_\w+ failed|NCCL error.*(?:unhandled system error|remote error)",
         ),
-        ("OS_ABORT", r"\(core dumped\)|\bSIGABRT\b|Fatal Python error: Aborted"),
+        # glibc's heap checks abort the process: `*** Error in `python': malloc(): smallbin
+        # double linked list corrupted`, `munmap_chunk(): invalid pointer`, `double free or
+        # corruption`.
+        (
+            "OS_ABORT",
+            r"\(core dumped\)|\bSIGABRT\b|Fatal Python error: Aborted|\*\*\* Error in `"
+            r"|\b(?:malloc|free|realloc|munmap_chunk)\(\): (?:invalid|corrupted|smallbin|unsorted)"
+            r"|double free or corruption",
+        ),
         (
             "STORE_LOST",
             r"Connection reset by peer|recvValue failed|RendezvousConnectionError"
-            r"|TCPStore\b.*(?:failed|timed out|timeout)|Broken pipe|keepalive",
+            r"|TCPStore\b.*(?:failed|timed out|timeout)|Broken pipe|keepalive"
+            # the rendezvous store out of reach: torch's store-based barrier, Horovod's HTTP store
+            r"|Timed out initializing process group in store based barrier"
+            r"|http_store\.cc:\d+\] HTTP \w+ request failed",
         ),
         # torch's watchdog: `Watchdog caught collective operation timeout`, its heartbeat monitor
         # (`watchdog got stuck for 480 seconds`), and a flight-recorder dump another rank asked
@@ -167,7 +189,11 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             "HANG",
             r"collective operation timeout|watchdog got stuck for \d+ seconds"
             r"|Received a dump signal due to a collective timeout"
-            r"|Observed flight recorder dump signal from another rank",
+            r"|Observed flight recorder dump signal from another rank"
+            # Gloo's send/recv timeout raised as an error (quoted in a message, it may have been
+            # handled), and Horovod's stall inspector (a warning until progress says otherwise)
+            r"|(?:Error|Exception): \[[^\]]*\] Timed out waiting \d+ms for (?:send|recv) operation"
+            r"|" + _STALL,
         ),
     )
 )
@@ -187,6 +213,8 @@ STRONG_FAULTS = frozenset(f for f, _ in PATTERNS) - {*_WEAK, "WORKLOAD_EXC"}
 # at the start of a line is a time, not rank 12.
 _SRUN_LABEL = re.compile(r"^ *(\d{1,9}): ")
 _RANK_PREFIX = re.compile(r"\[rank(\d{1,9})\]:")
+# Open MPI's --tag-output (`[1,4]<stdout>:`, job and rank) and Horovod's (`[4]<stderr>:`).
+_MPI_TAG = re.compile(r"\[(?:\d{1,9},)?(\d{1,9})\]<std(?:out|err)>:")
 # A worker's own label inside an srun task's line (`0: 3: text`, `0: [rank3]: text`).
 INNER_LABEL = re.compile(r" *(?:(\d{1,9}): |\[rank(\d{1,9})\]: ?)")
 # A rank named in the message (the leftmost of these forms): `[PG ... Rank N]`, `Rank N:`,
@@ -213,6 +241,7 @@ class Failure:
     rank: int | None
     line: int  # 1-based
     text: str
+    named: bool = False  # a hang's rank that its peers name missing (not the rank reporting it)
 
 
 def lines_text(lines: list[int], count: int | None = None) -> str:
@@ -237,8 +266,9 @@ def line_rank(line: str) -> int | None:
         # `0: 3: text`, `0: [rank3]: text`: the srun task is a launcher; its worker says the rank.
         inner = INNER_LABEL.match(head, m.end())
         return as_rank(inner.group(1) or inner.group(2) if inner else m.group(1))
-    if (m := _RANK_PREFIX.search(head)) is not None:
-        return as_rank(m.group(1))
+    for pattern in (_RANK_PREFIX, _MPI_TAG):
+        if (m := pattern.search(head)) is not None:
+            return as_rank(m.group(1))
     if (m := _RANK_IN_TEXT.search(line[:MAX_LINE])) is not None:
         return as_rank(next(g for g in m.groups() if g is not None))
     return None
@@ -281,10 +311,11 @@ class Scan:
     early: list[Failure] = field(default_factory=list)  # the first EARLY failures
     ranks: set[int] = field(default_factory=set)  # every rank that failed
     strong: dict[int, Failure] = field(default_factory=dict)  # each rank's first strong failure
-    # A metric logged as NaN, held until NAN_RECOVERY_LINES pass without it coming back finite.
-    nan_metric: Failure | None = None
-    nan_name: str = ""
-    nan_until: int = 0
+    # A failure held until NAN_RECOVERY_LINES pass without it being cured: a metric logged as
+    # NaN (cured by the same metric finite again: `held_metric`), a stall warning (by progress).
+    held: Failure | None = None
+    held_metric: str = ""
+    held_until: int = 0
     # A report's entries before its root cause: other failures once the root cause comes.
     listed: list[Failure] = field(default_factory=list)
     in_root_cause: bool = False
@@ -300,15 +331,16 @@ class Scan:
 
     @property
     def watching(self) -> bool:
-        """Whether every line is wanted now (a NaN metric waits for its next value)."""
-        return self.nan_metric is not None
+        """Whether every line is wanted now (a held failure waits to be cured)."""
+        return self.held is not None
 
     def feed(self, no: int, line: str) -> None:
         text = line[:MAX_LINE]
-        if self.nan_metric is not None:
-            if _finite(text, self.nan_name):
-                self.nan_metric = None  # recovered: the step was skipped, training went on
-            elif no > self.nan_until:
+        if self.held is not None:
+            cured = _finite(text, self.held_metric) if self.held_metric else _PROGRESS.search(text)
+            if cured:
+                self.held = None  # the step was skipped, or the stall passed: training went on
+            elif no > self.held_until:
                 self.settle()
         if (m := _CONTEXT_RANK.search(text)) is not None:
             self.context = as_rank(m.group(1) or m.group(2))
@@ -337,18 +369,27 @@ class Scan:
             return
         self.root_cause_found = self.root_cause_found or self.in_root_cause
         nan = _METRIC_NAN_RE.search(text) if f.fault == "NAN_LOSS" else None
-        if nan is not None and not _NAN_CHECK_RE.search(text):
-            if self.nan_metric is None:
-                self.nan_metric, self.nan_name = f, _metric(nan)
-            self.nan_until = no + NAN_RECOVERY_LINES
+        stall = f.fault == "HANG" and _STALL_RE.search(text) is not None
+        if (nan is not None and not _NAN_CHECK_RE.search(text)) or stall:
+            one = _MISSING_ONE.search(text) if stall else None
+            metric = _metric(nan) if nan is not None else ""
+            if self.held is not None and self.held_metric != metric:
+                self._record(f)  # one failure is held at a time: another kind is taken as it is
+                return
+            if self.held is None:
+                self.held, self.held_metric = f, metric
+            if one is not None and not self.held.named and not self.held_metric:
+                # The stall report names the rank it waits for: the hang is that rank's.
+                self.held = replace(self.held, rank=as_rank(one.group(1)), named=True)
+            self.held_until = no + NAN_RECOVERY_LINES
             return
         self._record(f)
 
     def settle(self) -> None:
-        """Take a NaN metric that did not come back finite as the failure it is, and a report's
-        entries that no root cause followed as failures of their own."""
-        if self.nan_metric is not None:
-            f, self.nan_metric = self.nan_metric, None
+        """Take a held failure that nothing cured as the failure it is, and a report's entries
+        that no root cause followed as failures of their own."""
+        if self.held is not None:
+            f, self.held = self.held, None
             self._record(f)
         self._close_root_cause()
         listed, self.listed = self.listed, []
@@ -439,6 +480,9 @@ KEYWORDS = (
     "node fail", "node_fail", "launch failed", "task launch", "execve", "ssh exited",
     "permission denied", "via ssh", "shared memory", "/dev/shm", ": nan", ":nan", "= nan",
     "=nan", ": inf", ":inf", "= inf", "=inf", "-inf", "watchdog", "dump signal", "root cause",
+    "*** error in", "double free", "malloc()", "free()", "munmap_chunk()", "store based barrier",
+    "http_store", "timed out",
+    "remainder of ranks", "missing ranks",
 )  # fmt: skip
 
 
