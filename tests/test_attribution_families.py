@@ -318,3 +318,15 @@ def test_nccls_socket_creation_failing_is_a_network_error() -> None:
         "failed : Address family not supported by protocol"
     )
     assert attribute(line) == (RESTART, "NCCL_ERROR", 4)
+
+
+def test_a_traceback_whose_exception_names_an_oom_is_an_oom_not_a_code_bug() -> None:
+    log = [
+        "0: iteration 1",
+        "1: Traceback (most recent call last):",
+        '1:   File "train.py", line 10, in <module>',
+        "1:     step()",
+        "1: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        "srun: error: n2: task 1: Exited with exit code 1",
+    ]
+    assert attribute(*log) == (STOP, "CUDA_OOM", 1)

@@ -921,6 +921,12 @@ def _attribute(reader: _Reader, unfed_text: bool) -> LogAttribution:
         ended = lines[0].no if lines else None
         if first.fault in logscan.STRONG_FAULTS and (ended is None or first.line < ended):
             return _first_failure(facts, first, scan)
+    # A traceback says only that something raised; its own exception line may name what
+    # (`torch.OutOfMemoryError: CUDA out of memory`: a resource, not a code bug).
+    tb = _own_traceback(facts, root)
+    own = scan.strong.get(root) if fault == "WORKLOAD_EXC" and tb is not None else None
+    if own is not None and tb is not None and tb.exc_type and own.line == tb.lines[-1].no:
+        said = own
     if said is not None:
         fault = said.fault  # type: ignore[assignment]
         why = f"{why}; the log says: {said.text[:160]}"
