@@ -330,3 +330,25 @@ def test_a_traceback_whose_exception_names_an_oom_is_an_oom_not_a_code_bug() -> 
         "srun: error: n2: task 1: Exited with exit code 1",
     ]
     assert attribute(*log) == (STOP, "CUDA_OOM", 1)
+
+
+@pytest.mark.parametrize(
+    ("line", "fault"),
+    [
+        (
+            "Memory access fault by GPU node-4 (Agent handle: 0x55d6) on address 0x7f3a. Reason: "
+            "Page not present or supervisor privilege.",
+            "GPU_ERROR",
+        ),
+        ("Fatal Python error: none_dealloc: deallocating None", "OS_ABORT"),
+        ("Fatal Python error: GC object already tracked", "OS_ABORT"),
+        ("terminate called after throwing an instance of 'std::bad_alloc'", "HOST_OOM"),
+        ("  what():  std::bad_alloc", "HOST_OOM"),
+    ],
+)
+def test_rocm_faults_cpython_fatal_errors_and_failed_allocations(line: str, fault: str) -> None:
+    assert attribute("step 901", line)[1] == fault
+
+
+def test_cpythons_fatal_segfault_is_still_a_segfault() -> None:
+    assert attribute("Fatal Python error: Segmentation fault")[1] == "SEGFAULT"

@@ -97,13 +97,18 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         (
             "GPU_ERROR",
             r"\bXid\b|\bECC error|fallen off the bus|illegal memory access"
-            r"|unspecified launch failure|illegal instruction|CUDA error|cudaError",
+            r"|unspecified launch failure|illegal instruction|CUDA error|cudaError"
+            # ROCm's kernel driver: `Memory access fault by GPU node-4 (Agent handle: ...) on
+            # address 0x7f... Reason: Page not present or supervisor privilege.`
+            r"|Memory access fault by GPU\b",
         ),
         (
             "HOST_OOM",
             r"oom[-_]kill|\bOut Of Memory\b|Out of memory: Killed process|\bMemoryError\b"
             r"|killed by signal: Killed|Cannot allocate memory"
-            r"|memory allocation of \d+ bytes failed",
+            r"|memory allocation of \d+ bytes failed"
+            # C++'s failed allocation, as `terminate called after throwing ... std::bad_alloc`
+            r"|\bstd::bad_alloc\b",
         ),
         ("NAN_LOSS", _NAN_CHECK + "|" + _NAN_METRIC),
         # Shared memory (/dev/shm) ran out: DataLoader workers and NCCL die of a bus error that
@@ -170,7 +175,10 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         # corruption`.
         (
             "OS_ABORT",
-            r"\(core dumped\)|\bSIGABRT\b|Fatal Python error: Aborted|\*\*\* Error in `"
+            # CPython's own fatal errors abort the process (`Fatal Python error: none_dealloc:
+            # deallocating None`, `GC object already tracked`); its segfaults and bus errors
+            # match the patterns above first.
+            r"\(core dumped\)|\bSIGABRT\b|Fatal Python error: \S|\*\*\* Error in `"
             r"|\b(?:malloc|free|realloc|munmap_chunk)\(\): (?:invalid|corrupted|smallbin|unsorted)"
             r"|double free or corruption",
         ),
@@ -481,7 +489,7 @@ KEYWORDS = (
     "permission denied", "via ssh", "shared memory", "/dev/shm", ": nan", ":nan", "= nan",
     "=nan", ": inf", ":inf", "= inf", "=inf", "-inf", "watchdog", "dump signal", "root cause",
     "*** error in", "double free", "malloc()", "free()", "munmap_chunk()", "store based barrier",
-    "http_store", "timed out",
+    "http_store", "timed out", "access fault", "bad_alloc", "fatal python",
     "remainder of ranks", "missing ranks",
 )  # fmt: skip
 
