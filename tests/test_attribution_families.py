@@ -352,3 +352,26 @@ def test_rocm_faults_cpython_fatal_errors_and_failed_allocations(line: str, faul
 
 def test_cpythons_fatal_segfault_is_still_a_segfault() -> None:
     assert attribute("Fatal Python error: Segmentation fault")[1] == "SEGFAULT"
+
+
+@pytest.mark.parametrize("signal", [1, 2, 15])
+def test_the_agent_receiving_a_death_signal_is_a_signal_from_outside(signal: int) -> None:
+    line = (
+        "WARNING:torch.distributed.elastic.agent.server.api:Received "
+        f"{signal} death signal, shutting down workers"
+    )
+    assert attribute("step 2905", line)[:2] == (RESTART, "SIGTERM")
+
+
+def test_a_workers_exit_code_minus_6_is_an_abort() -> None:
+    line = "E0911 api.py:869] failed (exitcode: -6) local_rank: 0 (pid: 470) of binary: python"
+    assert attribute("74/74 saved checkpoint", line)[:2] == (STOP, "OS_ABORT")
+
+
+def test_the_watchdogs_own_abort_after_a_collective_timeout_is_a_consequence_of_the_hang() -> None:
+    log = [
+        "[rank1]:[E ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=5, OpType=BROADCAST, Timeout(ms)=1800000) ran for 1800083 ms",
+        "E0911 api.py:869] failed (exitcode: -6) local_rank: 1 (pid: 471) of binary: python",
+    ]
+    assert attribute(*log)[:2] == (RESTART, "HANG")

@@ -149,7 +149,7 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ),
         (
             "SIGTERM",
-            r"\bSIGTERM\b|Received 15 death signal|exitcode\s*:\s*-15\b"
+            r"\bSIGTERM\b|Received \d+ death signal|exitcode\s*:\s*-15\b"
             r"|CANCELLED AT \S+ DUE TO (?:TIME LIMIT|PREEMPTION)"
             r"|\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT",
         ),
@@ -179,6 +179,7 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             # deallocating None`, `GC object already tracked`); its segfaults and bus errors
             # match the patterns above first.
             r"\(core dumped\)|\bSIGABRT\b|Fatal Python error: \S|\*\*\* Error in `"
+            r"|exitcode\s*:\s*-6\b|return code = -6\b"
             r"|\b(?:malloc|free|realloc|munmap_chunk)\(\): (?:invalid|corrupted|smallbin|unsorted)"
             r"|double free or corruption",
         ),
@@ -435,8 +436,16 @@ class Scan:
         later report of the same failure that says it (the watchdog's `[Rank 1] ... ECC error`
         after the traceback's own line)."""
         self.settle()
+        hang = self.first.get("HANG")
         for tier in (STRONG_FAULTS, {"WORKLOAD_EXC"}, *({weak} for weak in _WEAK)):
-            found = [self.first[fault] for fault in tier if fault in self.first]
+            found = [
+                self.first[fault]
+                for fault in tier
+                if fault in self.first
+                # An abort after a collective timeout is the watchdog's own (it takes the
+                # process down, SIGABRT, exit code -6): a consequence of the hang.
+                and not (fault == "OS_ABORT" and hang and hang.line < self.first[fault].line)
+            ]
             if found:
                 root = min(found, key=lambda f: f.line)
                 if root.rank is None and (later := self.first_ranked.get(root.fault)):
