@@ -90,6 +90,8 @@ def test_a_rank_that_torch_labels_inside_its_own_srun_label_is_still_that_task()
         "E0312 00:49:05.096000 184948 torch/distributed/elastic/multiprocessing/api.py:869] failed "
         "(exitcode: 1) local_rank: 0 (pid: 185002) of binary: /venv/bin/python",
         "  exitcode  : 2 (pid: 78970)",
+        "[2023-04-21 03:07:25,713] [ERROR] [launch.py:434:sigkill_handler] ['python', '-u', "
+        "'main.py', '--local_rank=1'] exits with return code = 1",
     ],
 )
 def test_a_workers_positive_exit_code_is_an_exception_whose_traceback_is_elsewhere(

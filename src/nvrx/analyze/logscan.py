@@ -93,7 +93,11 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("WORKLOAD_EXC", r"ncclInvalidUsage|Duplicate GPU detected"),
         # torch elastic's report of a worker that exited non-zero on its own (negative codes are
         # signals, below): an error in the training code whose traceback is not in the log.
-        ("WORKLOAD_EXC", r"failed \(exitcode: [1-9]\d*\)|^\s*exitcode\s*:\s*[1-9]\d* \(pid"),
+        (
+            "WORKLOAD_EXC",
+            r"failed \(exitcode: [1-9]\d*\)|^\s*exitcode\s*:\s*[1-9]\d* \(pid"
+            r"|exits with return code = [1-9]\d*",  # DeepSpeed's launcher
+        ),
         (
             "GPU_ERROR",
             r"\bXid\b|\bECC error|fallen off the bus|illegal memory access"
