@@ -333,7 +333,8 @@ class CycleAttribution:
     attribution: LogAttribution
 
     def header(self) -> str:
-        return f"Cycle {self.span.number} (lines {self.span.first_line}-{self.span.last_line}):"
+        where = self.span.where()
+        return f"{where[0].upper()}{where[1:]}:"
 
     def to_json(self) -> dict[str, Any]:
         a = self.attribution
@@ -1052,7 +1053,7 @@ def _job(cycles: tuple[CycleAttribution, ...], capped: bool) -> LogAttribution:
     meet), STOP when a restartable cause repeats (`_repeated`), with the earlier cycles named."""
     last = cycles[-1]
     job = last.attribution
-    where = f"cycle {last.span.number} (lines {last.span.first_line}-{last.span.last_line})"
+    where = last.span.where()
     said = job.explanation or ("no log lines" if job.decision == NO_LOGS else "no error found")
     explanation = f"In {where}, the last of {len(cycles)}: {said}"
     rules = [*job.rules, f"cycles: {len(cycles)}, the decision rests on the last"]
@@ -1065,11 +1066,7 @@ def _job(cycles: tuple[CycleAttribution, ...], capped: bool) -> LogAttribution:
             f"no checkpoint saved in between. {explanation}"
         )
         rules.append(f"repeat: the same restartable cause {REPEATS_TO_STOP} cycles in a row")
-    earlier = [
-        f"cycle {c.span.number} (lines {c.span.first_line}-{c.span.last_line}): "
-        f"{_cause(c.attribution)}"
-        for c in cycles[:-1]
-    ]
+    earlier = [f"{c.span.where()}: {_cause(c.attribution)}" for c in cycles[:-1]]
     if len(earlier) > _SHOWN_CYCLES:
         earlier = [f"{len(earlier) - _SHOWN_CYCLES} earlier cycles", *earlier[-_SHOWN_CYCLES:]]
     detail = " | ".join(p for p in (job.detail, "earlier: " + "; ".join(earlier)) if p)

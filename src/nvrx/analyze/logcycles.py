@@ -19,8 +19,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
+from nvrx.analyze.logscan import LineReader
 from nvrx.limits import small_int
 
 # ft_launcher's profiling event, as NVRx and the rehearsal launcher print it, and the older
@@ -35,8 +36,7 @@ MAX_CYCLES = 1000
 def marker(line: str) -> int | None:
     """The cycle number a line begins (-1: the next one, for a new-run-dir line), or None."""
     if "ycle:" in line and (m := _CYCLE.search(line)) is not None:
-        number = small_int(m.group(1) or m.group(2))
-        return number
+        return small_int(m.group(1) or m.group(2))
     if _NEW_RUN in line:
         return -1
     return None
@@ -51,15 +51,12 @@ class CycleSpan:
     first_line: int
     last_line: int
 
-
-class _Reader(Protocol):
-    def feed(self, no: int, line: str) -> None: ...
-
-    @property
-    def every_line(self) -> bool: ...
+    def where(self) -> str:
+        """`cycle 1 (lines 70-84)`."""
+        return f"cycle {self.number} (lines {self.first_line}-{self.last_line})"
 
 
-R = TypeVar("R", bound=_Reader)
+R = TypeVar("R", bound=LineReader)
 T = TypeVar("T")
 
 

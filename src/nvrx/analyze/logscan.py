@@ -33,11 +33,13 @@ import functools
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from ahocorasick_rs import AhoCorasick, Implementation
 
 from nvrx.limits import as_rank
+
+K = TypeVar("K")
 
 # A failure is said in its first characters; a 100 MB line must not cost 100 MB of matching.
 MAX_LINE = 4096
@@ -267,6 +269,11 @@ def lines_text(lines: list[int], count: int | None = None) -> str:
     return head + (f" and {more} more" if more > 0 else "")
 
 
+def _keep_earliest(table: dict[K, Failure], key: K, f: Failure) -> None:
+    if key not in table or f.line < table[key].line:
+        table[key] = f
+
+
 def _metric(m: re.Match[str]) -> str:
     return m.group(1).lower().replace(" ", "_")
 
@@ -413,11 +420,10 @@ class Scan:
         displaced, self.displaced = self.displaced, []
         for f in displaced:
             if self.root_cause_found:
-                if f.rank is not None:
-                    self.ranks.add(f.rank)  # another failure: a secondary issue
-                self.listed_count += 1
-                if f.rank is not None:
+                if f.rank is not None:  # another failure: a secondary issue
+                    self.ranks.add(f.rank)
                     self.listed_ranks.add(f.rank)
+                self.listed_count += 1
                 if len(self.listed_lines) < EARLY:
                     self.listed_lines.append(f.line)
             else:
@@ -425,15 +431,14 @@ class Scan:
         self.in_root_cause = False
 
     def _record(self, f: Failure) -> None:
-        self.first.setdefault(f.fault, f)
-        if f.line < self.first[f.fault].line:
-            self.first[f.fault] = f
+        # A held failure is recorded after lines that follow it: each table keeps the earliest.
+        _keep_earliest(self.first, f.fault, f)
         self.early = sorted([*self.early, f], key=lambda e: e.line)[:EARLY]
         if f.rank is not None:
-            self.first_ranked.setdefault(f.fault, f)
+            _keep_earliest(self.first_ranked, f.fault, f)
             self.ranks.add(f.rank)
             if f.fault in STRONG_FAULTS:
-                self.strong.setdefault(f.rank, f)
+                _keep_earliest(self.strong, f.rank, f)
 
     def root(self) -> Failure | None:
         """The root failure (None: nothing failed). A root without a rank takes the rank of a

@@ -267,12 +267,12 @@ _LOGSAGE_ITEM = "RawAnalysisResultItem("
 
 def _cycle_blocks(text: str) -> list[str]:
     """Each cycle's part of an answer, in order; the whole text when it has one cycle."""
-    starts = [m.end() for m in _CYCLE_HEADER.finditer(text)]
-    ends = [m.start() for m in _CYCLE_HEADER.finditer(text)][1:]
-    if len(starts) < 2:
+    headers = list(_CYCLE_HEADER.finditer(text))
+    if len(headers) < 2:
         parts = text.split(_LOGSAGE_ITEM)[1:]
         return parts if len(parts) > 1 else [text]
-    return [text[a:b] for a, b in zip(starts, [*ends, len(text)], strict=True)]
+    ends = [m.start() for m in headers[1:]] + [len(text)]
+    return [text[m.end() : end] for m, end in zip(headers, ends, strict=True)]
 
 
 @dataclass(frozen=True)
