@@ -377,3 +377,93 @@ def test_the_watchdogs_own_abort_after_a_collective_timeout_is_a_consequence_of_
         "E0911 api.py:869] failed (exitcode: -6) local_rank: 1 (pid: 471) of binary: python",
     ]
     assert attribute(*log)[:2] == (RESTART, "HANG")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Exception: Current loss scale already at minimum - cannot decrease scale anymore. "
+        "Exiting run.",
+        "FloatingPointError: Minimum loss scale reached (0.0001). Your loss is probably exploding.",
+        "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 1, reducing to 1",
+    ],
+)
+def test_a_loss_scale_at_its_floor_is_a_nan_loss_that_stops(line: str) -> None:
+    decision, fault, _ = attribute("step 93 loss 2.11", line)
+    assert (decision, fault) == (STOP, "NAN_LOSS")
+
+
+def test_an_overflow_that_only_lowers_the_loss_scale_is_not_a_failure() -> None:
+    line = (
+        "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768"
+    )
+    assert attribute("step 1 loss 9.7", line, "step 2 loss 9.1")[0] == ERRORS_NOT_FOUND
+
+
+@pytest.mark.parametrize(
+    ("type_", "what", "fault"),
+    [
+        ("c10::CUDAError", "CUDA error: device-side assert triggered", "DEVICE_ASSERT"),
+        ("c10::Error", "CUDA error: an illegal memory access was encountered", "GPU_ERROR"),
+        ("std::bad_alloc", "std::bad_alloc", "HOST_OOM"),
+        (
+            "boost::filesystem::filesystem_error",
+            "boost::filesystem::create_directory: File exists",
+            "OS_ABORT",
+        ),
+    ],
+)
+def test_a_cpp_terminate_is_the_failure_its_what_line_names(
+    type_: str, what: str, fault: str
+) -> None:
+    log = ["step 5", f"terminate called after throwing an instance of '{type_}'"]
+    assert attribute(*log, f"  what():  {what}")[1] == fault
+
+
+def test_a_cpp_terminate_whose_what_line_is_not_in_the_log_is_an_abort() -> None:
+    line = "terminate called after throwing an instance of 'boost::filesystem::filesystem_error'"
+    assert attribute("step 5", line)[:2] == (STOP, "OS_ABORT")
+
+
+def test_a_cpp_terminate_in_a_collapsed_one_line_log_reads_its_what_on_the_same_line() -> None:
+    line = (
+        "[E ProcessGroupNCCL.cpp:460] taking the entire process down. terminate called after "
+        "throwing an instance of 'std::runtime_error' what(): NCCL error: remote process exited "
+        "or there was a network error, ncclRemoteError: A call failed"
+    )
+    assert attribute(line)[:2] == (RESTART, "NCCL_ERROR")
+
+
+def test_a_cpp_terminate_after_a_failure_on_its_rank_is_its_consequence() -> None:
+    log = [
+        "[1]<stderr>:[E http_store.cc:96] HTTP GET request failed too many times, aborting.",
+        "[1]<stderr>:terminate called after throwing an instance of 'std::runtime_error'",
+        "[1]<stderr>:  what():  HTTP request failed.",
+    ]
+    assert attribute(*log) == (RESTART, "STORE_LOST", 1)
+
+
+def test_a_terminate_over_a_peers_failure_is_no_failure_of_its_own() -> None:
+    line = "terminate called after throwing an instance of 'c10::DistBackendError'"
+    assert attribute("step 5", line)[0] == ERRORS_NOT_FOUND
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "TimeoutError: The client socket has timed out after 1800s while trying to connect to "
+        "(127.0.0.1, 57388).",
+        "[E socket.cpp:753] [c10d] The client socket has failed to connect to any network "
+        "address of (node7, 47389).",
+    ],
+)
+def test_the_c10d_client_giving_up_on_the_store_is_a_lost_store(line: str) -> None:
+    assert attribute("initializing process group", line)[:2] == (RESTART, "STORE_LOST")
+
+
+def test_one_failed_attempt_to_reach_the_store_is_not_a_failure() -> None:
+    line = (
+        "[W socket.cpp:697] [c10d] The client socket has failed to connect to node7:47389 "
+        "(errno: 110 - Connection timed out)."
+    )
+    assert attribute(line, "step 1 loss 3.2", "step 2 loss 3.1")[0] == ERRORS_NOT_FOUND

@@ -48,7 +48,14 @@ MAX_LINE = 4096
 # nan`, `'rewards/chosen': nan`, `loss=nan`; not Megatron's `number of nan iterations: 0`), which
 # is a failure only if the metric does not come back finite (`Scan`: mixed precision skips a
 # step whose gradients overflowed, and logs it).
-_NAN_CHECK = r"found NaN|loss is nan|\bNaN or Inf\b|\bnan loss\b|NaN detected"
+_NAN_CHECK = (
+    r"found NaN|loss is nan|\bNaN or Inf\b|\bnan loss\b|NaN detected"
+    # Mixed precision's loss scale at its floor: every step overflows and none can be skipped
+    # any more (DeepSpeed's `Current loss scale already at minimum`, fairseq's and apex's
+    # `Minimum loss scale reached`, DeepSpeed's `Attempted loss scale: 1, reducing to 1`).
+    r"|loss scale already at minimum|minimum loss scale reached"
+    r"|Attempted loss scale: (\S+), reducing to \1(?!\S)"
+)
 _METRIC = r"\b(loss|grad[ _]?norm|rewards?|logps|logits)(?:/\w+)?['\"]?\s*[:=]\s*"
 _NAN_METRIC = _METRIC + r"[-+]?(?:nan|inf)\b"
 _NAN_CHECK_RE = re.compile(_NAN_CHECK, re.IGNORECASE | re.ASCII)
@@ -195,7 +202,10 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             r"|TCPStore\b.*(?:failed|timed out|timeout)|Broken pipe|keepalive"
             # the rendezvous store out of reach: torch's store-based barrier, Horovod's HTTP store
             r"|Timed out initializing process group in store based barrier"
-            r"|http_store\.cc:\d+\] HTTP \w+ request failed",
+            r"|http_store\.cc:\d+\] HTTP \w+ request failed"
+            # c10d's client giving up on the store (not its `[W` line for each attempt)
+            r"|client socket has timed out after \d+"
+            r"|client socket has failed to connect to any network address",
         ),
         # torch's watchdog: `Watchdog caught collective operation timeout`, its heartbeat monitor
         # (`watchdog got stuck for 480 seconds`), and a flight-recorder dump another rank asked
@@ -257,6 +267,7 @@ class Failure:
     line: int  # 1-based
     text: str
     named: bool = False  # a hang's rank that its peers name missing (not the rank reporting it)
+    vehicle: bool = False  # a C++ terminate, replaced by the failure its `what():` line names
 
 
 def lines_text(lines: list[int], count: int | None = None) -> str:
@@ -301,13 +312,34 @@ def line_rank(line: str) -> int | None:
 _FAN_OUT = re.compile(r"Sending process \d+ closing signal SIG[A-Z]+")
 
 
+# C++'s `terminate called after throwing an instance of 'c10::CUDAError'`: the runtime aborts the
+# process (SIGABRT) over an exception whose type says little and whose `what():` line, next, says
+# what failed (`CUDA error: device-side assert triggered`). The line's failure (the abort, or what
+# the type names) is replaced by the failure its `what():` names (`Scan`: TERMINATE_LINES), and is
+# the root only if nothing else failed; a symptom's type (torch's `DistBackendError` after a
+# peer's failure) is no failure at all.
+_TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']{0,200})'")
+TERMINATE_LINES = 3
+
+
 def _failure(no: int, line: str) -> Failure | None:
     text = line[:MAX_LINE]
     if _FAN_OUT.search(text):
         return None
+    said = text
+    if (m := _TERMINATE.search(text)) is not None:
+        if _SYMPTOM.search(m.group(1)):
+            return None
+        # The type is not the failure; a `what():` on the same line (a collapsed log) may say it.
+        said = text[: m.start()] + text[m.end() :]
     for fault, pattern in PATTERNS:
-        if pattern.search(text):
+        if pattern.search(said):
             return Failure(fault, line_rank(line), no, text.strip())
+    if m is not None:
+        # Until its `what():` says otherwise, the failure is what the type names (`std::bad_alloc`
+        # is an allocation that failed), else the abort itself.
+        typed = next((f for f, pattern in PATTERNS if pattern.search(m.group(1))), "OS_ABORT")
+        return Failure(typed, line_rank(line), no, text.strip(), vehicle=True)
     if _EXCEPTION.search(text) and not _SYMPTOM.search(text):
         return Failure("WORKLOAD_EXC", line_rank(line), no, text.strip())
     return None
@@ -336,6 +368,10 @@ class Scan:
     held: Failure | None = None
     held_metric: str = ""
     held_until: int = 0
+    # A C++ terminate waiting for its `what():` line (TERMINATE_LINES); the first that named
+    # nothing else.
+    vehicle: Failure | None = None
+    terminated: Failure | None = None
     # A report's entries before its root cause: other failures once the root cause comes.
     listed: list[Failure] = field(default_factory=list)
     in_root_cause: bool = False
@@ -352,10 +388,13 @@ class Scan:
     @property
     def watching(self) -> bool:
         """Whether every line is wanted now (a held failure waits to be cured)."""
-        return self.held is not None
+        return self.held is not None or self.vehicle is not None
 
     def feed(self, no: int, line: str) -> None:
         text = line[:MAX_LINE]
+        if self.vehicle is not None and no > self.vehicle.line + TERMINATE_LINES:
+            self._record(self.vehicle)  # its `what():` named nothing: an abort
+            self.vehicle = None
         if self.held is not None:
             cured = _finite(text, self.held_metric) if self.held_metric else _PROGRESS.search(text)
             if cured:
@@ -384,6 +423,14 @@ class Scan:
             return
         if f.rank is None and self.context is not None:
             f = replace(f, rank=self.context)
+        if f.vehicle:
+            if self.vehicle is not None:
+                self._record(self.vehicle)
+            self.vehicle = f
+            return
+        if self.vehicle is not None:
+            f = replace(f, rank=self.vehicle.rank if f.rank is None else f.rank)
+            self.vehicle = None  # the failure its `what():` names is the terminate's
         if field_line and not self.in_root_cause and len(self.listed) < MAX_LISTED:
             self.listed.append(f)  # an entry of a report whose root cause may follow
             return
@@ -411,6 +458,9 @@ class Scan:
         if self.held is not None:
             f, self.held = self.held, None
             self._record(f)
+        if self.vehicle is not None:
+            f, self.vehicle = self.vehicle, None
+            self._record(f)
         self._close_root_cause()
         listed, self.listed = self.listed, []
         for f in listed:
@@ -431,6 +481,14 @@ class Scan:
         self.in_root_cause = False
 
     def _record(self, f: Failure) -> None:
+        if f.vehicle:
+            # A terminate whose `what():` named nothing: the abort is the root only when nothing
+            # else failed (`aborting. See exception message above` said it on the line before).
+            if self.terminated is None or f.line < self.terminated.line:
+                self.terminated = f
+            if f.rank is not None:
+                self.ranks.add(f.rank)
+            return
         # A held failure is recorded after lines that follow it: each table keeps the earliest.
         _keep_earliest(self.first, f.fault, f)
         self.early = sorted([*self.early, f], key=lambda e: e.line)[:EARLY]
@@ -460,6 +518,8 @@ class Scan:
                 if root.rank is None and (later := self.first_ranked.get(root.fault)):
                     root = replace(root, rank=later.rank)
                 return root
+        if self.terminated is not None:
+            return replace(self.terminated, vehicle=False)
         return None
 
     def set_aside(self) -> list[str]:
@@ -508,7 +568,8 @@ KEYWORDS = (
     "=nan", ": inf", ":inf", "= inf", "=inf", "-inf", "watchdog", "dump signal", "root cause",
     "*** error in", "double free", "malloc()", "free()", "munmap_chunk()", "store based barrier",
     "http_store", "timed out", "access fault", "bad_alloc", "fatal python",
-    "remainder of ranks", "missing ranks",
+    "remainder of ranks", "missing ranks", "loss scale", "terminate called",
+    "client socket",
 )  # fmt: skip
 
 
