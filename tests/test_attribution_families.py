@@ -467,3 +467,8 @@ def test_one_failed_attempt_to_reach_the_store_is_not_a_failure() -> None:
         "(errno: 110 - Connection timed out)."
     )
     assert attribute(line, "step 1 loss 3.2", "step 2 loss 3.1")[0] == ERRORS_NOT_FOUND
+
+
+def test_pythons_own_exception_class_raised_is_an_exception_in_the_code() -> None:
+    log = ["Traceback (most recent call last):", "    raise Exception(msg)", "Exception: ", ""]
+    assert attribute("epoch 002: 15300 / 41687 loss=3.211", *log)[:2] == (STOP, "WORKLOAD_EXC")

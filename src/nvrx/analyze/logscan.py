@@ -222,8 +222,11 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ),
     )
 )
-# An exception line: a class name ending in Error or Exception, then `:` or the end.
-_EXCEPTION = re.compile(r"(?:^|[\s\]:>|])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))(?::|$)")
+# An exception line: a class name ending in Error or Exception (Python's own `Exception` too, as
+# `raise Exception(msg)` prints it), then `:` or the end.
+_EXCEPTION = re.compile(
+    r"(?:^|[\s\]:>|])((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception))(?::|$)"
+)
 # Consequences of another failure: never the root cause.
 _SYMPTOM = re.compile(
     r"DistBackendError|ChildFailedError|terminate called|Exception ignored in"
