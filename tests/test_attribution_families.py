@@ -472,3 +472,84 @@ def test_one_failed_attempt_to_reach_the_store_is_not_a_failure() -> None:
 def test_pythons_own_exception_class_raised_is_an_exception_in_the_code() -> None:
     log = ["Traceback (most recent call last):", "    raise Exception(msg)", "Exception: ", ""]
     assert attribute("epoch 002: 15300 / 41687 loss=3.211", *log)[:2] == (STOP, "WORKLOAD_EXC")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by "
+        "peer [10.0.0.2]:4343",
+        "RuntimeError: [/opt/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:799] connect "
+        "[172.31.71.170]:13195: Connection refused",
+        "RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/"
+        "pair.h:301] Connect timeout [none]",
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:589] Read error "
+        "[192.168.70.92]:25266: Connection reset by peer",
+    ],
+)
+def test_gloos_transport_losing_a_peer_is_a_network_error_that_restarts(line: str) -> None:
+    assert attribute("epoch 1 step 20", line)[:2] == (RESTART, "NCCL_ERROR")
+
+
+def test_gloos_recv_timeout_stays_a_hang() -> None:
+    line = (
+        "RuntimeError: [../third_party/gloo/gloo/transport/unbound_buffer.cc:81] Timed out "
+        "waiting 1800000ms for recv operation to complete"
+    )
+    assert attribute("step 3", line)[:2] == (RESTART, "HANG")
+
+
+def test_a_traceback_the_log_ends_inside_is_an_exception_on_its_rank() -> None:
+    log = [
+        "[rank3]: Traceback (most recent call last):",
+        '[rank3]:   File "pretrain_gpt.py", line 290, in <module>',
+        "[rank3]:     pretrain(",
+    ]
+    assert attribute("[rank3]: step 1 loss 9.1", *log) == (STOP, "WORKLOAD_EXC", 3)
+
+
+def test_a_cut_traceback_after_another_failure_is_its_consequence() -> None:
+    log = [
+        "[E socket.cpp:793] [c10d] The client socket has timed out after 60s while trying to "
+        "connect to (node1, 2222).",
+        "Traceback (most recent call last):",
+    ]
+    assert attribute(*log)[:2] == (RESTART, "STORE_LOST")
+
+
+def test_a_traceback_quoted_inside_a_message_opens_nothing() -> None:
+    line = '      "py_callstack": "Traceback (most recent call last):\\n  File \\"x.py\\""'
+    assert attribute("step 1", line)[0] == ERRORS_NOT_FOUND
+
+
+def test_open_mpis_summary_names_the_first_rank_to_exit() -> None:
+    log = [
+        "[1,1]<stderr>:RuntimeError: Horovod has been shut down. This was caused by an exception "
+        "on one of the ranks or an attempt to allreduce after one of the ranks finished.",
+        "Primary job  terminated normally, but 1 process returned",
+        "a non-zero exit code. Per user-direction, the job has been aborted.",
+        "mpirun detected that one or more processes exited with non-zero status, thus causing",
+        "the job to be terminated. The first process to do so was:",
+        "",
+        "  Process name: [[29973,1],0]",
+        "  Exit code:    1",
+    ]
+    assert attribute(*log) == (STOP, "WORKLOAD_EXC", 0)
+
+
+def test_horovods_shutdown_alone_is_an_exception_on_a_rank_it_does_not_name() -> None:
+    line = (
+        "AbortedError (see above for traceback): Horovod has been shut down. This was caused by "
+        "an exception on one of the ranks or an attempt to allreduce a tensor after one of the "
+        "ranks finished execution."
+    )
+    assert attribute("step 10", line) == (STOP, "WORKLOAD_EXC", None)
+
+
+def test_horovods_shutdown_after_a_failure_is_its_consequence() -> None:
+    log = [
+        "[0]<stderr>:torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        "[1]<stderr>:RuntimeError: Horovod has been shut down. This was caused by an exception on "
+        "one of the ranks",
+    ]
+    assert attribute(*log) == (STOP, "CUDA_OOM", 0)

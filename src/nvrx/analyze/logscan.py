@@ -181,7 +181,12 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             r"|[^\n]*\bSocket \w+ failed"
             r"|[^\n]*\bbootstrap\w*\b[^\n]*(?:failed|error)"
             r"|[^\n]*Connection (?:refused|reset|closed|timed out)|[^\n]*connection abort)"
-            r"|\bIBV_WC_|ibv_\w+ failed|NCCL error.*(?:unhandled system error|remote error)",
+            r"|\bIBV_WC_|ibv_\w+ failed|NCCL error.*(?:unhandled system error|remote error)"
+            # Gloo's TCP transport losing or not reaching a peer (`[.../gloo/transport/tcp/
+            # pair.cc:598] Connection closed by peer [10.0.0.2]:4343`, `pair.h:301] Connect
+            # timeout`); its send/recv timeouts are hangs, below.
+            r"|\bpair\.(?:cc|h):\d+\][^\n]*?(?:Connection (?:closed|refused|reset)|Connect timeout"
+            r"|Read error|Write error)",
         ),
         # glibc's heap checks abort the process: `*** Error in `python': malloc(): smallbin
         # double linked list corrupted`, `munmap_chunk(): invalid pointer`, `double free or
@@ -227,10 +232,21 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 _EXCEPTION = re.compile(
     r"(?:^|[\s\]:>|])((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception))(?::|$)"
 )
+_TB_HEADER = "Traceback (most recent call last):"
+# Horovod's own shutdown after an exception somewhere: "This was caused by an exception on one of
+# the ranks", which it does not name. A consequence, and the root only if nothing else failed.
+_HOROVOD_SHUTDOWN = "Horovod has been shut down"
+# Open MPI's summary of a job that failed: `The first process to do so was:`, then `Process name:
+# [[29973,1],0]` (job, vpid: the rank) and `Exit code: 1` on the lines after it. A positive code
+# below 128 is an exception in that rank's code (like torch elastic's `exitcode: 1`).
+_MPI_FIRST = "The first process to do so was:"
+_MPI_PROCESS = re.compile(r"^\s*Process name:\s*\[\[\d{1,9},\d{1,9}\],(\d{1,9})\]")
+_MPI_EXIT = re.compile(r"^\s*Exit code:\s*(\d{1,3})\s*$")
+MPI_SUMMARY_LINES = 4
 # Consequences of another failure: never the root cause.
 _SYMPTOM = re.compile(
     r"DistBackendError|ChildFailedError|terminate called|Exception ignored in"
-    r"|DistNetworkError|NCCL communicator was aborted|SignalException",
+    r"|DistNetworkError|NCCL communicator was aborted|SignalException|" + _HOROVOD_SHUTDOWN,
 )
 # The weakest evidence first: a lost store and a timeout are what peers of a dead rank see.
 _WEAK = ("STORE_LOST", "HANG")
@@ -375,6 +391,13 @@ class Scan:
     # nothing else.
     vehicle: Failure | None = None
     terminated: Failure | None = None
+    # A traceback header no exception line has followed yet: a log cut inside the traceback
+    # (a paste, a store's excerpt, a process killed mid-print) still shows that code raised.
+    unended: Failure | None = None
+    cut: Failure | None = None  # the first such traceback: the root only if nothing else failed
+    # Open MPI's summary being read: the line that began it, the rank its process name gave.
+    mpi_first: int = 0
+    mpi_rank: int | None = None
     # A report's entries before its root cause: other failures once the root cause comes.
     listed: list[Failure] = field(default_factory=list)
     in_root_cause: bool = False
@@ -391,7 +414,7 @@ class Scan:
     @property
     def watching(self) -> bool:
         """Whether every line is wanted now (a held failure waits to be cured)."""
-        return self.held is not None or self.vehicle is not None
+        return self.held is not None or self.vehicle is not None or self.mpi_first > 0
 
     def feed(self, no: int, line: str) -> None:
         text = line[:MAX_LINE]
@@ -421,9 +444,22 @@ class Scan:
             return
         if self.in_root_cause and not field_line:
             self._close_root_cause()
+        if self.mpi_first and self._mpi_summary(no, text):
+            return
+        if _MPI_FIRST in text:
+            self.mpi_first, self.mpi_rank = no, None
+        if _HOROVOD_SHUTDOWN in text:
+            self.cut = self.cut or Failure("WORKLOAD_EXC", None, no, text.strip())
+        if text.rstrip().endswith(_TB_HEADER):  # a line of its own (behind a prefix), not quoted
+            if self.unended is None:
+                self.unended = Failure("WORKLOAD_EXC", line_rank(line), no, text.strip())
+            return
+        if self.unended is not None and _EXCEPTION.search(text):
+            self.unended = None  # the traceback ended (its exception may be a symptom)
         f = _failure(no, line)
         if f is None:
             return
+        self.unended = None
         if f.rank is None and self.context is not None:
             f = replace(f, rank=self.context)
         if f.vehicle:
@@ -455,6 +491,22 @@ class Scan:
             return
         self._record(f)
 
+    def _mpi_summary(self, no: int, text: str) -> bool:
+        """Read a line of Open MPI's summary; whether it was one."""
+        if no > self.mpi_first + MPI_SUMMARY_LINES:
+            self.mpi_first, self.mpi_rank = 0, None
+            return False
+        if (m := _MPI_PROCESS.match(text)) is not None:
+            self.mpi_rank = as_rank(m.group(1))
+            return True
+        if (m := _MPI_EXIT.match(text)) is not None:
+            code, rank = int(m.group(1)), self.mpi_rank
+            self.mpi_first, self.mpi_rank = 0, None
+            if 0 < code < 128:
+                self._record(Failure("WORKLOAD_EXC", rank, no, text.strip()))
+            return True
+        return not text.strip()
+
     def settle(self) -> None:
         """Take a held failure that nothing cured as the failure it is, and a report's entries
         that no root cause followed as failures of their own."""
@@ -464,6 +516,11 @@ class Scan:
         if self.vehicle is not None:
             f, self.vehicle = self.vehicle, None
             self._record(f)
+        if self.unended is not None:
+            f, self.unended = self.unended, None
+            if f.rank is None and self.context is not None:
+                f = replace(f, rank=self.context)
+            self.cut = self.cut or f
         self._close_root_cause()
         listed, self.listed = self.listed, []
         for f in listed:
@@ -521,8 +578,9 @@ class Scan:
                 if root.rank is None and (later := self.first_ranked.get(root.fault)):
                     root = replace(root, rank=later.rank)
                 return root
-        if self.terminated is not None:
-            return replace(self.terminated, vehicle=False)
+        last_resort = [f for f in (self.terminated, self.cut) if f is not None]
+        if last_resort:
+            return replace(min(last_resort, key=lambda f: f.line), vehicle=False)
         return None
 
     def set_aside(self) -> list[str]:
@@ -571,8 +629,9 @@ KEYWORDS = (
     "=nan", ": inf", ":inf", "= inf", "=inf", "-inf", "watchdog", "dump signal", "root cause",
     "*** error in", "double free", "malloc()", "free()", "munmap_chunk()", "store based barrier",
     "http_store", "timed out", "access fault", "bad_alloc", "fatal python",
-    "remainder of ranks", "missing ranks", "loss scale", "terminate called",
-    "client socket",
+    "remainder of ranks", "missing ranks", "loss scale already", "minimum loss scale",
+    "attempted loss scale", "terminate called",
+    "client socket", "horovod has been shut down", "first process to do so",
 )  # fmt: skip
 
 
