@@ -11,14 +11,17 @@ GPU error; a device-side assert is a code bug, not hardware).
 The root is the earliest failure in causal order: a strong one (an OOM, a GPU or CUDA error, a
 crash, a kill, a signal, a lost node, an I/O or network error) before anything else; else the
 earliest exception; only then a lost store or rendezvous (a symptom of a peer's death, unless
-nothing else failed); and a collective timeout only when nothing failed at all: the peers that
-time out are the ones left waiting, so the rank that stopped is unknown. Symptoms (torch's
+nothing else failed); a collective timeout only when nothing else failed: the peers that
+time out are the ones left waiting, so the rank that stopped is unknown; and last, what says only
+that something raised or aborted (a C++ terminate whose `what():` names nothing, a traceback the
+log ends inside, Horovod's shutdown). Symptoms (torch's
 `DistBackendError` and `ChildFailedError`, `terminate called`, `Exception ignored in`) are
 never the root.
 
 Cost: linear in the log, memory flat in its length. `feed_blocks` looks only at the lines that
 hold one of the readers' lower-case `KEYWORDS` (a few `str.find` scans of each block, in C), plus
-every line while a reader asks for them all (`logattr` inside a traceback); the patterns run on
+every line while a reader asks for them all (`logattr` inside a traceback, `Scan` waiting for a
+cure, a `what():` or the rest of Open MPI's summary); the patterns run on
 a line's first `MAX_LINE` characters. `Scan` keeps what the root needs (the first failure of each
 class, the first few failures, each rank's first strong one), so its memory grows with the
 number of ranks (at most `MAX_RANKS`), never with the number of lines.
@@ -387,14 +390,15 @@ class Scan:
     held: Failure | None = None
     held_metric: str = ""
     held_until: int = 0
-    # A C++ terminate waiting for its `what():` line (TERMINATE_LINES); the first that named
-    # nothing else.
+    # A C++ terminate waiting for its `what():` line (TERMINATE_LINES).
     vehicle: Failure | None = None
-    terminated: Failure | None = None
     # A traceback header no exception line has followed yet: a log cut inside the traceback
     # (a paste, a store's excerpt, a process killed mid-print) still shows that code raised.
     unended: Failure | None = None
-    cut: Failure | None = None  # the first such traceback: the root only if nothing else failed
+    # The earliest failure that says only that something raised or aborted (a terminate whose
+    # `what():` named nothing, a cut traceback, Horovod's shutdown): the root only if nothing
+    # else failed.
+    last_resort: Failure | None = None
     # Open MPI's summary being read: the line that began it, the rank its process name gave.
     mpi_first: int = 0
     mpi_rank: int | None = None
@@ -449,7 +453,7 @@ class Scan:
         if _MPI_FIRST in text:
             self.mpi_first, self.mpi_rank = no, None
         if _HOROVOD_SHUTDOWN in text:
-            self.cut = self.cut or Failure("WORKLOAD_EXC", None, no, text.strip())
+            self._record_last_resort(Failure("WORKLOAD_EXC", None, no, text.strip()))
         if text.rstrip().endswith(_TB_HEADER):  # a line of its own (behind a prefix), not quoted
             if self.unended is None:
                 self.unended = Failure("WORKLOAD_EXC", line_rank(line), no, text.strip())
@@ -520,7 +524,7 @@ class Scan:
             f, self.unended = self.unended, None
             if f.rank is None and self.context is not None:
                 f = replace(f, rank=self.context)
-            self.cut = self.cut or f
+            self._record_last_resort(f)
         self._close_root_cause()
         listed, self.listed = self.listed, []
         for f in listed:
@@ -544,8 +548,7 @@ class Scan:
         if f.vehicle:
             # A terminate whose `what():` named nothing: the abort is the root only when nothing
             # else failed (`aborting. See exception message above` said it on the line before).
-            if self.terminated is None or f.line < self.terminated.line:
-                self.terminated = f
+            self._record_last_resort(replace(f, vehicle=False))
             if f.rank is not None:
                 self.ranks.add(f.rank)
             return
@@ -557,6 +560,10 @@ class Scan:
             self.ranks.add(f.rank)
             if f.fault in STRONG_FAULTS:
                 _keep_earliest(self.strong, f.rank, f)
+
+    def _record_last_resort(self, f: Failure) -> None:
+        if self.last_resort is None or f.line < self.last_resort.line:
+            self.last_resort = f
 
     def root(self) -> Failure | None:
         """The root failure (None: nothing failed). A root without a rank takes the rank of a
@@ -578,10 +585,7 @@ class Scan:
                 if root.rank is None and (later := self.first_ranked.get(root.fault)):
                     root = replace(root, rank=later.rank)
                 return root
-        last_resort = [f for f in (self.terminated, self.cut) if f is not None]
-        if last_resort:
-            return replace(min(last_resort, key=lambda f: f.line), vehicle=False)
-        return None
+        return self.last_resort
 
     def set_aside(self) -> list[str]:
         """The consequences this scan set aside, each with its lines (for an explanation)."""
