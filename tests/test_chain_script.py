@@ -1,5 +1,5 @@
-"""The generation script's own logic, run by bash with stand-ins for srun, squeue, scancel and
-scontrol that record what they were asked. (The same script runs on the real cluster in
+"""The generation script's own logic, run by bash with stand-ins for srun, squeue, sinfo, scancel
+and scontrol that record what they were asked. (The same script runs on the real cluster in
 tests/slurm/test_chain.py; here each branch can be driven exactly.)"""
 
 from __future__ import annotations
@@ -20,17 +20,31 @@ from nvrx.config import load_config
 FAKES = {
     # srun: drop srun's own options, run the node command (sh -c ... nvrx-node LAUNCH...).
     "srun": 'while [ "$1" != sh ]; do shift; done\nexec "$@"\n',
-    "squeue": 'echo "squeue $*" >>"$FAKE_LOG"\ncat "$FAKE_DIR/squeue.out"\n',
+    # squeue and sinfo fail when a `.fail` file says so, and hang when a `.hang` file does.
+    "squeue": (
+        'echo "squeue $*" >>"$FAKE_LOG"\n'
+        '[ -e "$FAKE_DIR/squeue.hang" ] && sleep 30\n[ -e "$FAKE_DIR/squeue.fail" ] && exit 1\n'
+        'cat "$FAKE_DIR/squeue.out"\n'
+    ),
+    "sinfo": (
+        'echo "sinfo $*" >>"$FAKE_LOG"\n'
+        '[ -e "$FAKE_DIR/sinfo.hang" ] && sleep 30\n[ -e "$FAKE_DIR/sinfo.fail" ] && exit 1\n'
+        'cat "$FAKE_DIR/sinfo.out"\n'
+    ),
     "scancel": 'echo "scancel $*" >>"$FAKE_LOG"\n',
+    # hostnames: plain comma lists only (a bracket is "cannot expand").
     "scontrol": (
         'echo "scontrol $*" >>"$FAKE_LOG"\n'
-        'case "$2" in hostnames) echo n7;; job) cat "$FAKE_DIR/scontrol.out";; esac\n'
+        'case "$2" in\n'
+        '  hostnames) case "$3" in *"["*|"") exit 1;; esac; printf "%s\\n" ${3//,/ };;\n'
+        '  job) cat "$FAKE_DIR/scontrol.out";;\nesac\n'
     ),
     # The launcher: record its arguments, then behave as FAKE_RC says ("sleep" waits for TERM).
     "launcher": (
         'printf "%s\\n" "$@" >"$FAKE_DIR/launcher.args"\n'
         'env >"$FAKE_DIR/launcher.env"\n'
         'if [ "$FAKE_RC" = sleep ]; then sleep 60; exit 0; fi\n'
+        'sleep "${FAKE_SLEEP:-0}"\n'
         'exit "$FAKE_RC"\n'
     ),
 }
@@ -94,6 +108,7 @@ def stand_ins(tmp_path: Path) -> Path:
         path.write_text("#!/bin/bash\n" + body)
         path.chmod(0o755)
     (tmp_path / "squeue.out").write_text("")
+    (tmp_path / "sinfo.out").write_text("")
     (tmp_path / "scontrol.out").write_text("JobId=500 ArrayJobId=500 ArrayTaskThrottle=2\n")
     return bin_dir
 
@@ -121,7 +136,8 @@ def rendered(tmp_path: Path, **overrides: object) -> Generation:
 
 @pytest.fixture
 def generation(tmp_path: Path) -> Generation:
-    return rendered(tmp_path, train_command=["/bin/true"], no_restart_demo=False)
+    # The drain poller has its own tests below (its squeue and sinfo would mix into these).
+    return rendered(tmp_path, train_command=["/bin/true"], no_restart_demo=False, drain_poll="off")
 
 
 def finish(generation: Generation, proc: subprocess.Popen[str]) -> tuple[int, str]:
@@ -235,3 +251,182 @@ def test_the_live_throttle_wins_over_the_rendered_width(generation: Generation) 
     assert "Array throttle is 3, not 2; using the throttle" in out
     args = generation.launcher_args()
     assert args[args.index("--nnodes") + 1] == "1:3"
+
+
+# --- the drain poller (docs/submit-chain.md, "Drained nodes leave the rendezvous") ------------
+
+POLLER = Path(__file__).resolve().parent.parent / "src" / "nvrx" / "chain" / "templates"
+
+
+@dataclass
+class Poller:
+    dir: Path
+
+    @property
+    def drain(self) -> Path:
+        return self.dir / "drain"
+
+    def tasks(self, rows: str, drained: str) -> None:
+        """What squeue (index|job id|nodes) and sinfo (drained nodes) answer next."""
+        (self.dir / "squeue.out").write_text(rows)
+        (self.dir / "sinfo.out").write_text(drained)
+
+    def run_pass(self, timeout: int = 2) -> subprocess.CompletedProcess[str]:
+        script = f'log() {{ echo "LOG $*"; }}\nsource {POLLER / "drain_poller.sh"}\ndrain_pass\n'
+        env = {
+            **os.environ,
+            "PATH": f"{self.dir / 'bin'}:{os.environ['PATH']}",
+            "FAKE_DIR": str(self.dir),
+            "FAKE_LOG": str(self.dir / "calls.log"),
+            "NVRX_DRAIN_DIR": str(self.drain),
+            "NVRX_DRAIN_TIMEOUT": str(timeout),
+            "NVRX_DRAIN_STATES": "drain",
+            "NVRX_JOB_ID": "500",
+        }
+        return subprocess.run(
+            ["bash", "-uo", "pipefail", "-c", script],
+            env=env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    def marker(self, task: int) -> dict[str, str]:
+        text = (self.drain / f"task_{task}.drained").read_text()
+        return dict(line.split("=", 1) for line in text.splitlines())
+
+    def admitted(self, job: int) -> bool:
+        return (self.drain / f"admit.{job}").exists()
+
+
+@pytest.fixture
+def poller(tmp_path: Path) -> Poller:
+    stand_ins(tmp_path)
+    p = Poller(tmp_path)
+    p.drain.mkdir()
+    for job in (501, 502, 503):  # each task creates its token when it starts
+        (p.drain / f"admit.{job}").touch()
+    return p
+
+
+def test_a_task_holding_a_drained_node_loses_its_admit_token_and_clean_tasks_keep_theirs(
+    poller: Poller,
+) -> None:
+    poller.tasks("0|501|n1\n1|502|n3,n4\n2|503|n5\n", drained="n4\nn9\nn4\n")
+    done = poller.run_pass()
+    assert done.returncode == 0, done.stderr
+    assert poller.marker(1) == {"job_id": "502", "nodes": "n3,n4", "drained": "n4"}
+    assert not poller.admitted(502)
+    assert poller.marker(0) == {"job_id": "501", "nodes": "n1", "drained": ""}
+    assert poller.admitted(501) and poller.admitted(503)
+    assert "task 1 (job 502) holds drained node(s) n4" in done.stdout
+    # One sinfo and one squeue for the whole array, whatever the number of tasks.
+    calls = (poller.dir / "calls.log").read_text().splitlines()
+    assert [c.split()[0] for c in calls if not c.startswith("scontrol")] == ["sinfo", "squeue"]
+    assert "sinfo -h -N -t drain -o %N" in calls
+    assert "squeue -h -r -j 500 -t R -o %K|%A|%N" in calls
+
+
+@pytest.mark.parametrize("query", ["sinfo", "squeue"])
+@pytest.mark.parametrize("how", ["fail", "hang"])
+def test_a_failed_or_timed_out_query_publishes_nothing(
+    poller: Poller, query: str, how: str
+) -> None:
+    poller.tasks("1|502|n3\n", drained="n3\n")
+    assert poller.run_pass().returncode == 0
+    before = (poller.drain / "task_1.drained").stat().st_mtime_ns
+    # The controller stops answering, and the node is in fact undrained meanwhile: the pass
+    # must not read the silence as "clean" and readmit the task.
+    poller.tasks("1|502|n3\n", drained="")
+    (poller.dir / f"{query}.{how}").touch()
+    started = time.monotonic()
+    done = poller.run_pass(timeout=1)
+    assert done.returncode != 0
+    assert time.monotonic() - started < 10  # the query's timeout, not its 30 s
+    assert f"{query} failed or timed out" in done.stdout
+    assert (poller.drain / "task_1.drained").stat().st_mtime_ns == before
+    assert poller.marker(1)["drained"] == "n3" and not poller.admitted(502)
+
+
+def test_an_undrained_node_gives_the_task_its_token_back(poller: Poller) -> None:
+    poller.tasks("1|502|n3\n", drained="n3\n")
+    poller.run_pass()
+    assert not poller.admitted(502)
+    poller.tasks("1|502|n3\n", drained="")
+    done = poller.run_pass()
+    assert poller.marker(1)["drained"] == "" and poller.admitted(502)
+    assert "task 1 (job 502) is clean" in done.stdout
+
+
+def test_a_stale_marker_of_another_allocation_is_replaced_not_obeyed(poller: Poller) -> None:
+    (poller.drain / "task_1.drained").write_text("job_id=499\nnodes=n3\ndrained=n3\n")
+    poller.tasks("1|502|n3\n", drained="")
+    poller.run_pass()
+    assert poller.marker(1) == {"job_id": "502", "nodes": "n3", "drained": ""}
+    assert poller.admitted(502)
+
+
+def test_an_unchanged_verdict_is_not_rewritten_and_an_unexpandable_task_keeps_its_state(
+    poller: Poller,
+) -> None:
+    poller.tasks("1|502|n3\n2|503|n5\n", drained="n3\n")
+    poller.run_pass()
+    before = (poller.drain / "task_1.drained").stat().st_mtime_ns
+    time.sleep(0.05)
+    poller.tasks("1|502|n[3\n2|503|n5\n", drained="")  # task 1's node list cannot be expanded
+    done = poller.run_pass()
+    assert "cannot expand task 1's nodes" in done.stdout
+    assert (poller.drain / "task_1.drained").stat().st_mtime_ns == before
+    assert not poller.admitted(502)
+    mtime = (poller.drain / "task_2.drained").stat().st_mtime_ns
+    time.sleep(0.05)
+    poller.run_pass()
+    assert (poller.drain / "task_2.drained").stat().st_mtime_ns == mtime
+
+
+def test_auto_runs_the_poller_only_for_a_chain_with_spares(tmp_path: Path) -> None:
+    def rendered_setting(shape: ArrayShape, drain_poll: str) -> str:
+        cli: dict[str, tuple[object, str]] = {"chain.drain_poll": (drain_poll, "t")}
+        chain = load_config(environ={}, cli=cli).config.chain
+        text = render_script(
+            chain, shape, chain_id="c", work_dir=str(tmp_path), job_name="n", nvrx_version="t"
+        )
+        (line,) = [x for x in text.splitlines() if x.startswith("NVRX_DRAIN_POLL=")]
+        return line.split("=", 1)[1]
+
+    with_spares, without = ArrayShape(2, 1, 0, 1, 4), ArrayShape(2, 0, 0, 1, 4)
+    assert rendered_setting(with_spares, "auto") == "1"
+    assert rendered_setting(ArrayShape(2, 0, 1, 1, 4), "auto") == "1"
+    assert rendered_setting(without, "auto") == "0"
+    assert rendered_setting(without, "on") == "1"
+    assert rendered_setting(with_spares, "off") == "0"
+
+
+def test_every_task_checks_its_own_token_and_task_0_runs_the_poller_until_it_ends(
+    tmp_path: Path,
+) -> None:
+    generation = rendered(
+        tmp_path,
+        train_command=["/bin/true"],
+        no_restart_demo=False,
+        drain_poll="on",
+        drain_poll_interval=1,
+    )
+    rc, out = finish(generation, generation.run(FAKE_SLEEP="2.5"))
+    assert rc == 0, out
+    token = generation.work / "nvrx" / "500" / "drain" / "admit.500"
+    assert f"--ft-storage-health-check-path={token}" in generation.launcher_args()
+    assert token.exists()
+    polls = sum(line.startswith("sinfo") for line in generation.log)
+    assert polls >= 2, out
+    time.sleep(1.5)  # the poller is gone with the generation: no pass after the end
+    assert sum(line.startswith("sinfo") for line in generation.log) == polls
+
+    (tmp_path / "spare").mkdir()
+    spare = rendered(tmp_path / "spare", train_command=["/bin/true"], drain_poll="on")
+    spare.control.mkdir(parents=True)
+    (spare.control / "datetime.txt").write_text("date_x\n")
+    (spare.control / "rdzv_host").write_text("n1\n")
+    rc, out = finish(spare, spare.run(task=2))
+    assert rc == 0, out
+    assert f"--ft-storage-health-check-path={spare.work}/nvrx/500/drain/admit.502" in (
+        spare.launcher_args()
+    )
+    assert not any(line.startswith("sinfo") for line in spare.log)  # only task 0 polls

@@ -56,6 +56,7 @@ VALUE_FLAGS = (
     "--ft-node-health-check-endpoint",
     "--ft-segment",
     "--ft-max-no-progress-cycles",
+    "--ft-storage-health-check-path",
 )
 
 
@@ -196,6 +197,7 @@ class Config:
     script: str
     script_args: list[str]
     notes: list[str] = field(default_factory=list)  # log lines about ignored flags
+    storage_paths: list[str] = field(default_factory=list)  # must exist before each rendezvous
 
 
 def normalise_flag(token: str) -> str:
@@ -264,6 +266,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--ft-nvrx-logfile", default=None, help="launcher log, appended")
     add("--ft-checkpoint-iteration-file", default=None, help="progress file (one integer)")
     add("--ft-max-no-progress-cycles", type=int, default=3, help="exit 93 after K (<=0: off)")
+    add(
+        "--ft-storage-health-check-path",
+        default=None,
+        help="comma-separated absolute paths that must exist before each rendezvous",
+    )
     for unused in (
         "--ft-rank-section-timeouts",
         "--ft-rank-out-of-section-timeout",
@@ -316,6 +323,11 @@ def parse_config(argv: list[str]) -> Config:
         host, port = args.rdzv_endpoint, "29400"
     min_nodes, max_nodes = parse_nnodes(parser, args.nnodes)
     conf = parse_rdzv_conf(args.rdzv_conf, notes)
+    storage_paths = [p.strip() for p in (args.ft_storage_health_check_path or "").split(",")]
+    storage_paths = [p for p in storage_paths if p]
+    for path in storage_paths:
+        if not path.startswith("/"):
+            parser.error(f"--ft-storage-health-check-path: path must be absolute: {path!r}")
     return Config(
         min_nodes=min_nodes,
         max_nodes=max_nodes,
@@ -334,6 +346,7 @@ def parse_config(argv: list[str]) -> Config:
         script=command[0],
         script_args=command[1:],
         notes=notes,
+        storage_paths=storage_paths,
     )
 
 
@@ -825,6 +838,7 @@ class Launcher:
     def _rendezvous(self, cycle: int) -> tuple[int, Roster]:
         """Join round `cycle`; a node that arrives after the round closed waits for the next."""
         while True:
+            self._storage_check(cycle)
             self.rdzv.join(cycle, self.node)
             self.log.event(cycle, "rendezvous_started", self.infra_rank)
             roster = self._close_round(cycle) if self.is_leader else self._await_close(cycle)
@@ -832,6 +846,19 @@ class Launcher:
                 return cycle, roster
             self.log.info(f"cycle {cycle}: joined after the round closed; standby for the next")
             cycle += 1
+
+    def _storage_check(self, cycle: int) -> None:
+        """--ft-storage-health-check-path, as ft_launcher runs it: every path must exist before
+        this node joins a rendezvous, else the node is unhealthy and leaves (exit 1, never the
+        no-restart code). The chain's drain poller removes a task's path while it holds a
+        drained node."""
+        missing = [p for p in self.cfg.storage_paths if not os.path.exists(p)]
+        if not missing:
+            return
+        self.log.event(cycle, "failure_detected", self.infra_rank)
+        raise LauncherExit(
+            1, f"storage health check failed on {self.node}: {', '.join(missing)} missing"
+        )
 
     def _await_close(self, cycle: int) -> Roster:
         while True:

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from functools import partial
@@ -19,6 +20,7 @@ import pytest
 
 from nvrx.chain.manifest import read_manifest
 from nvrx.slurm import JobState, QueueRow, Slurm
+from nvrx.slurm.hostlist import expand as expand_hosts
 
 from .conftest import REPO, wait_for
 
@@ -424,3 +426,161 @@ def test_a_generation_that_hits_its_time_limit_hands_off(slurm: Slurm, work_root
     )
     acct = wait_for(lambda: slurm.accounting([first]), what="generation 1 in sacct")
     assert {r.state for r in acct} <= {JobState.TIMEOUT, JobState.CANCELLED}
+
+
+# --- drained nodes leave the rendezvous (docs/submit-chain.md) ---------------------------------
+
+
+def set_node_state(node: str, state: str) -> None:
+    subprocess.run(
+        ["scontrol", "update", f"nodename={node}", f"state={state}",
+         *(["reason=nvrx test: drained on purpose"] if state == "drain" else [])],
+        check=True, capture_output=True, timeout=30,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def drain_node() -> Iterator[Any]:
+    """Drain a node for the test; every node drained this way is resumed afterwards."""
+    drained: list[str] = []
+
+    def drain(node: str) -> None:
+        drained.append(node)
+        set_node_state(node, "drain")
+
+    yield drain
+    for node in drained:
+        set_node_state(node, "resume")
+
+
+def marker(work: Path, generation: str, task: int) -> dict[str, str] | None:
+    path = work / "nvrx" / generation / "drain" / f"task_{task}.drained"
+    try:
+        return dict(line.split("=", 1) for line in path.read_text().splitlines())
+    except (OSError, ValueError):
+        return None
+
+
+def running_task(slurm: Slurm, generation: str, task: int) -> QueueRow | None:
+    rows = [r for r in slurm.queue([generation]) if r.task_id == task]
+    return rows[0] if rows and rows[0].state is JobState.RUNNING and rows[0].nodes else None
+
+
+def test_a_drained_node_leaves_at_the_next_rendezvous_and_a_spare_takes_its_task(
+    slurm: Slurm, work_root: Path, drain_node: Any
+) -> None:
+    work = work_root / "drain"
+    # Cycle 0 ends with a workload fault on rank 0 (task 0) after 25 s: by then task 1's node
+    # is drained, so the rendezvous of cycle 1 must form without it.
+    doc = submit(
+        work, "-K", "2", "--train-tasks", "2", "--hot-spares", "1", "--cold-spares", "1",
+        "--set", "chain.no_restart_demo=false", "--set", "chain.fault_inject=true",
+        "--set", "chain.inject_gpu_failure=", "--set", "chain.fault_ranks=0",
+        "--set", "chain.fault_delay=25", "--set", "chain.drain_poll_interval=1",
+    )  # fmt: skip
+    first, second = (g["job_id"] for g in doc["generations"])
+    cycle0 = wait_for(lambda: cycle_info(work, first, 0), what="cycle 0")
+    task1 = wait_for(lambda: running_task(slurm, first, 1), what="task 1 running")
+    assert task1.nodes in expand_hosts(cycle0["active_nodes"])
+    clean = wait_for(lambda: marker(work, first, 1), what="the poller's first pass")
+    assert clean == {"job_id": task1.job_id, "nodes": task1.nodes, "drained": ""}
+
+    drain_node(task1.nodes)
+    wait_for(
+        lambda: (marker(work, first, 1) or {}).get("drained") == task1.nodes,
+        timeout=60, what="task 1's marker to say drained",
+    )  # fmt: skip
+    assert not (work / "nvrx" / first / "drain" / f"admit.{task1.job_id}").exists()
+    saved = int((work / "checkpoints" / "latest_checkpointed_iteration.txt").read_text())
+
+    cycle1 = wait_for(lambda: cycle_info(work, first, 1), timeout=180, what="cycle 1")
+    assert task1.nodes not in expand_hosts(cycle1["active_nodes"]), cycle1
+    assert task1.nodes not in expand_hosts(cycle1["standby_nodes"]), cycle1
+    wait_for(
+        lambda: not any(r.task_id == 1 and r.state.is_live for r in slurm.queue([first])),
+        what="task 1 to end",
+    )
+    cold = wait_for(lambda: running_task(slurm, first, 3), what="the cold spare to start")
+    assert cold.nodes != task1.nodes
+    # The generation goes on: task 0 runs, no no-restart verdict, generation 2 still waits.
+    assert running_task(slurm, first, 0) is not None
+    assert not (work / "nvrx" / first / "control" / "no_restart").exists()
+    assert all(r.state is JobState.PENDING for r in slurm.queue([second]))
+
+    def resumed() -> int | None:
+        for log in (work / "logs").glob(f"*_{first}_*_cycle1.log"):
+            for line in log.read_text(errors="replace").splitlines():
+                if "resuming from iteration" in line:
+                    return int(line.split("resuming from iteration", 1)[1].split()[0])
+        return None
+
+    assert wait_for(resumed, what="cycle 1's workers") >= saved > 0
+    launcher_logs = "".join(
+        p.read_text(errors="replace") for p in (work / "nvrx" / first / "logs").glob("nvrx_*")
+    )
+    assert f"storage health check failed on {task1.nodes}" in launcher_logs
+
+
+def test_a_drain_query_that_times_out_publishes_nothing(
+    slurm: Slurm, work_root: Path, drain_node: Any
+) -> None:
+    work = work_root / "blind"
+    real = shutil.which("sinfo")
+    assert real is not None
+    fake = work_root / "fakebin"
+    fake.mkdir()
+    hang = work_root / "sinfo.hang"
+    (fake / "sinfo").write_text(f'#!/bin/bash\n[ -e {hang} ] && sleep 30\nexec {real} "$@"\n')
+    (fake / "sinfo").chmod(0o755)
+    doc = submit(
+        work, "-K", "1", "--train-tasks", "1", "--hot-spares", "1", "--cold-spares", "0",
+        *NO_FAULTS, "--set", "chain.drain_poll_interval=1",
+        "--set", "chain.drain_command_timeout=2", path_prefix=fake,
+    )  # fmt: skip
+    (generation,) = [g["job_id"] for g in doc["generations"]]
+    spare = wait_for(lambda: running_task(slurm, generation, 1), what="the hot spare running")
+    wait_for(lambda: marker(work, generation, 1), what="the poller's first pass")
+    hang.touch()
+    drain_node(spare.nodes)
+    time.sleep(8)  # several passes, each of which times out
+    assert marker(work, generation, 1) == {
+        "job_id": spare.job_id, "nodes": spare.nodes, "drained": ""
+    }  # fmt: skip
+    (log,) = (work / "logs" / "slurm").glob(f"*_{generation}_0.out")
+    assert "sinfo failed or timed out after 2s; this pass publishes nothing" in log.read_text()
+    hang.unlink()  # the controller answers again: the next pass sees the drain
+    wait_for(
+        lambda: (marker(work, generation, 1) or {}).get("drained") == spare.nodes,
+        timeout=60, what="the marker once sinfo answers",
+    )  # fmt: skip
+
+
+def test_a_stale_marker_from_an_earlier_allocation_is_ignored(
+    slurm: Slurm, work_root: Path
+) -> None:
+    work = work_root / "stale"
+    doc = submit(
+        work, "-K", "2", "--train-tasks", "2", "--hot-spares", "0", "--cold-spares", "0",
+        *NO_FAULTS, "--set", "chain.drain_poll=on", "--set", "chain.drain_poll_interval=1",
+    )  # fmt: skip
+    first, second = (g["job_id"] for g in doc["generations"])
+    # Generation 2's directory holds, before it starts, a verdict of another allocation that
+    # names every node drained.
+    drain_dir = work / "nvrx" / second / "drain"
+    drain_dir.mkdir(parents=True)
+    every = ",".join(f"n{i}" for i in range(1, 9))
+    for task in (0, 1):
+        (drain_dir / f"task_{task}.drained").write_text(
+            f"job_id=1\nnodes={every}\ndrained={every}\n"
+        )
+    subprocess.run(["scancel", first], check=True, timeout=30)
+    info = wait_for(lambda: cycle_info(work, second, 0), timeout=180, what="generation 2 cycle 0")
+    assert len(expand_hosts(info["active_nodes"])) == 2, info
+    task1 = wait_for(lambda: running_task(slurm, second, 1), what="task 1 running")
+    wait_for(
+        lambda: (
+            marker(work, second, 1) == {"job_id": task1.job_id, "nodes": task1.nodes, "drained": ""}
+        ),
+        what="the stale marker replaced by this allocation's",
+    )
+    assert (drain_dir / f"admit.{task1.job_id}").exists()

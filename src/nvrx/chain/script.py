@@ -126,6 +126,14 @@ def fault_warning(settings: Mapping[str, Mapping[str, Any]]) -> str | None:
     return "WARNING: this chain injects faults into itself: " + "; ".join(faults)
 
 
+def drain_poll_enabled(chain: ChainSettings, shape: ArrayShape) -> bool:
+    """Whether the generation runs the drain poller: `auto` is on when the chain has spares to
+    take a drained task's place, and off when a drained task could only end the generation."""
+    if chain.drain_poll == "auto":
+        return shape.hot_spares + shape.cold_spares > 0
+    return chain.drain_poll == "on"
+
+
 def _q(value: object) -> str:
     if value is None:
         return "''"
@@ -164,6 +172,10 @@ def render_script(
         ("NVRX_MAX_RESTARTS", chain.max_restarts),
         ("NVRX_HEALTH_CHECK_ENDPOINT", chain.health_check_endpoint),
         ("NVRX_SEGMENT", chain.segment),
+        ("NVRX_DRAIN_POLL", drain_poll_enabled(chain, shape)),
+        ("NVRX_DRAIN_POLL_INTERVAL", chain.drain_poll_interval),
+        ("NVRX_DRAIN_STATES", chain.drain_states),
+        ("NVRX_DRAIN_TIMEOUT", chain.drain_command_timeout),
         ("NVRX_MAX_NO_PROGRESS_CYCLES", faults.max_no_progress_cycles),
         ("NVRX_NO_RESTART_EXIT_CODE", chain.no_restart_exit_code),
         ("NVRX_NO_RESTART_DEMO", chain.no_restart_demo),
@@ -247,7 +259,10 @@ def model_layout(chain: ChainSettings, shape: ArrayShape) -> ModelLayout:
 
 
 def _body() -> str:
-    return resources.files("nvrx.chain").joinpath("templates/generation.sh").read_text("utf-8")
+    # The poller's functions first: the generation body starts them.
+    templates = resources.files("nvrx.chain").joinpath("templates")
+    poller = templates.joinpath("drain_poller.sh").read_text("utf-8")
+    return poller + "\n" + templates.joinpath("generation.sh").read_text("utf-8")
 
 
 def script_sha256(text: str) -> str:

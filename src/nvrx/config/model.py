@@ -145,6 +145,19 @@ class ChainSettings(_Section):
     rdzv_port: int = Field(29400, ge=1, le=65535, description="rendezvous endpoint port")
     health_check_endpoint: str = Field("", description="--ft-node-health-check-endpoint; empty=off")
     segment: OptionalInt = Field(1, ge=1, description="--ft-segment; empty disables (H100)")
+    drain_poll: Literal["auto", "on", "off"] = Field(
+        "auto", description="drain poller on task 0 (auto: on when the chain has spares)"
+    )
+    drain_poll_interval: int = Field(
+        300, ge=1, le=86400, description="seconds between the drain poller's passes"
+    )
+    # Ends up in `sinfo -t`: lower-case state names only, comma-separated.
+    drain_states: str = Field(
+        "drain", pattern=r"^[a-z_]+(,[a-z_]+)*$", description="sinfo -t states that drain a task"
+    )
+    drain_command_timeout: int = Field(
+        30, ge=1, le=3600, description="cap on each sinfo/squeue of the drain poller (s)"
+    )
     gpus_per_numa: int = Field(2, ge=1, description="NVRX_GPUS_PER_NUMA for NUMA binding")
     log_debug: bool = Field(True, description="NVRX_LOG_DEBUG")
     no_restart_exit_code: int = Field(93, ge=1, le=255, description="the no-restart verdict")

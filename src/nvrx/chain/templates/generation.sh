@@ -15,6 +15,7 @@ NVRX_TASK=${SLURM_ARRAY_TASK_ID:-0}
 # never be visible to the next one.
 NVRX_JOB_DIR=$NVRX_WORK_DIR/nvrx/$NVRX_JOB_ID
 NVRX_CONTROL=$NVRX_JOB_DIR/control
+NVRX_DRAIN_DIR=$NVRX_JOB_DIR/drain
 export NVRX_CONTROL NVRX_NO_RESTART_EXIT_CODE
 
 log() { printf '[nvrx %s task %s] %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$NVRX_TASK" "$*"; }
@@ -48,6 +49,7 @@ cancel_chain() {
 # shellcheck disable=SC2317
 teardown() {
     local rc=$?
+    if [ -n "$drain_pid" ]; then kill "$drain_pid" 2>/dev/null; fi
     mkdir -p "$NVRX_CONTROL"
     : >"$NVRX_CONTROL/rdzv_closed"
     # 93 can reach task 0 as 143 when a peer's exit tears the step down: the flag file, written
@@ -69,6 +71,7 @@ teardown() {
 # A signal to the batch shell (scancel --batch, a preemption grace signal) must reach the
 # launcher step and, on task 0, run the teardown at once, not when srun happens to return.
 step=
+drain_pid=
 # shellcheck disable=SC2317 # runs from the TERM/INT traps
 on_signal() {
     if [ -n "$step" ]; then kill -TERM "$step" 2>/dev/null; fi
@@ -80,6 +83,11 @@ if [ "$NVRX_TASK" -eq 0 ]; then trap teardown EXIT; fi
 
 mkdir -p "$NVRX_CONTROL" "$NVRX_JOB_DIR/cycle_infos" "$NVRX_JOB_DIR/logs" \
     "$NVRX_WORK_DIR/logs" "$NVRX_WORK_DIR/checkpoints" "$NVRX_WORK_DIR/tensorboard"
+
+if [ "$NVRX_TASK" -eq 0 ] && [ "$NVRX_DRAIN_POLL" = 1 ]; then
+    drain_poller &
+    drain_pid=$!
+fi
 
 publish() { # FILE VALUE: atomically, so a reader never sees an empty or partial file
     printf '%s\n' "$2" >"$1.tmp.$$" && mv -f "$1.tmp.$$" "$1"
@@ -189,6 +197,17 @@ if [ -n "$NVRX_HEALTH_CHECK_ENDPOINT" ]; then
     launch+=("--ft-node-health-check-endpoint=$NVRX_HEALTH_CHECK_ENDPOINT")
 fi
 if [ -n "$NVRX_SEGMENT" ]; then launch+=(--ft-segment "$NVRX_SEGMENT"); fi
+# The drain poller's consumer: every node of this task checks this task's admit token before
+# each rendezvous, so the whole task leaves once the poller removes it. Fails open: a token
+# that cannot be created means no check, never a task that evicts itself.
+if [ "$NVRX_DRAIN_POLL" = 1 ]; then
+    admit_token=$NVRX_DRAIN_DIR/admit.$SLURM_JOB_ID
+    if mkdir -p "$NVRX_DRAIN_DIR" && : >"$admit_token"; then
+        launch+=("--ft-storage-health-check-path=$admit_token")
+    else
+        log "WARNING: cannot create $admit_token; this task runs without the drain check"
+    fi
+fi
 if [ -n "$NVRX_MAX_NO_PROGRESS_CYCLES" ]; then
     launch+=(--ft-max-no-progress-cycles "$NVRX_MAX_NO_PROGRESS_CYCLES")
 fi

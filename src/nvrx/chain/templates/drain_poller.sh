@@ -1,0 +1,86 @@
+# ---------------------------------------------------------------------------------------------
+# The drain poller (docs/submit-chain.md, "Drained nodes leave the rendezvous"): functions only;
+# the generation body below starts `drain_poller` in the background on array task 0.
+#
+# Per pass, for the whole array: one sinfo (nodes in $NVRX_DRAIN_STATES) and one squeue (the
+# running tasks: index, job id, nodes), each under `timeout` with its exit status checked. A
+# failed or timed-out query skips the pass: the markers and tokens keep their last state, so a
+# controller that does not answer never reads as "nothing is drained".
+#
+# Per running task K, in $NVRX_DRAIN_DIR (per generation, like the other control files):
+#   task_K.drained  job_id=, nodes=, drained= (the task's drained nodes, empty: clean); written
+#                   only when it changes, atomically. A marker whose job_id is not the task's
+#                   (another allocation's) is never read as this task's verdict.
+#   admit.JOBID     the consumer: every node of the task gives it to the launcher as
+#                   --ft-storage-health-check-path, which checks that the path exists before
+#                   each rendezvous. The task creates it at start; the poller removes it while a
+#                   node of the task is drained and puts it back when none is. Keyed by the
+#                   task's own job id, so a replacement never inherits a predecessor's verdict.
+# ---------------------------------------------------------------------------------------------
+
+# shellcheck disable=SC2317 # drain_* run in the background poller
+drain_publish() { # FILE TEXT: only on change, atomically; 0 when it changed
+    local tmp="$1.tmp.$$"
+    if [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; then return 1; fi
+    printf '%s\n' "$2" >"$tmp" && mv -f "$tmp" "$1"
+}
+
+# shellcheck disable=SC2317
+drain_pass() { # one pass; non-zero when it published nothing
+    local drained taskmap k job nodelist nodes hit marker token
+    if ! drained=$(timeout "$NVRX_DRAIN_TIMEOUT" sinfo -h -N -t "$NVRX_DRAIN_STATES" -o '%N'); then
+        log "drain poller: sinfo failed or timed out after ${NVRX_DRAIN_TIMEOUT}s; this pass publishes nothing"
+        return 1
+    fi
+    drained=$(printf '%s\n' "$drained" | sed '/^$/d' | sort -u)
+    if ! taskmap=$(timeout "$NVRX_DRAIN_TIMEOUT" squeue -h -r -j "$NVRX_JOB_ID" -t R -o '%K|%A|%N'); then
+        log "drain poller: squeue failed or timed out after ${NVRX_DRAIN_TIMEOUT}s; this pass publishes nothing"
+        return 1
+    fi
+    while IFS='|' read -r k job nodelist; do
+        case "$k" in '' | *[!0-9]*) continue ;; esac
+        case "$job" in '' | *[!0-9]*) continue ;; esac
+        # A local expansion, but guarded too: no nodes must never read as "none drained".
+        if ! nodes=$(scontrol show hostnames "$nodelist") || [ -z "$nodes" ]; then
+            log "drain poller: cannot expand task $k's nodes '$nodelist'; task $k keeps its last state"
+            continue
+        fi
+        hit=
+        if [ -n "$drained" ]; then
+            hit=$(printf '%s\n' "$nodes" | grep -Fx -f <(printf '%s\n' "$drained") | paste -sd, -)
+        fi
+        marker=$NVRX_DRAIN_DIR/task_$k.drained
+        token=$NVRX_DRAIN_DIR/admit.$job
+        if [ -n "$hit" ]; then
+            rm -f "$token"
+        elif [ ! -e "$token" ]; then
+            : >"$token"
+        fi
+        if drain_publish "$marker" "$(printf 'job_id=%s\nnodes=%s\ndrained=%s' "$job" "$nodelist" "$hit")"; then
+            if [ -n "$hit" ]; then
+                log "drain poller: task $k (job $job) holds drained node(s) $hit; its nodes leave at the next rendezvous"
+            else
+                log "drain poller: task $k (job $job) is clean"
+            fi
+        fi
+    done <<<"$taskmap"
+    return 0
+}
+
+# shellcheck disable=SC2317
+drain_poller() { # runs until killed; the EXIT trap of task 0 kills it
+    local sleeper=
+    trap 'if [ -n "$sleeper" ]; then kill "$sleeper" 2>/dev/null; fi; exit 0' TERM
+    mkdir -p "$NVRX_DRAIN_DIR" || {
+        log "drain poller: cannot create $NVRX_DRAIN_DIR; no drain poller for this generation"
+        return 1
+    }
+    log "drain poller: every ${NVRX_DRAIN_POLL_INTERVAL}s, states $NVRX_DRAIN_STATES, query timeout ${NVRX_DRAIN_TIMEOUT}s"
+    while :; do
+        drain_pass || :
+        sleep "$NVRX_DRAIN_POLL_INTERVAL" &
+        sleeper=$!
+        wait "$sleeper"
+        sleeper=
+    done
+}
