@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from nvrx.config import WatchSettings
-from nvrx.slurm import ExitStatus, JobState
+from nvrx.slurm import DrainedNode, ExitStatus, JobState
 from nvrx.watch import detectors
 from nvrx.watch.detectors import DETECTORS, degraded, run_detectors
 from nvrx.watch.model import (
@@ -434,7 +434,96 @@ def test_spares_exhausted_is_silent_when_the_queue_could_not_be_read() -> None:
     assert detectors.spares_exhausted(s, DEFAULT) == []
 
 
+# --- drained_node_in_use ----------------------------------------------------------------------
+
+
+def drained(name: str, ago_s: float | None = 600.0, reason: str = "xid 79") -> DrainedNode:
+    return DrainedNode(name, "draining", None if ago_s is None else ago(ago_s), reason)
+
+
+def drained_platform(*nodes: DrainedNode) -> Platform:
+    """Generation JOB: task 0 on n1, task 1 on n3 and n4, task 2 pending; n3 drained."""
+    generation = Generation(JOB, {0: R, 1: R, 2: P}, {0: ("n1",), 1: ("n3", "n4")})
+    return Platform(queue_ok=True, generations=(generation,), drained=nodes or (drained("n3"),))
+
+
+def test_a_running_task_on_a_drained_node_is_a_warning_with_how_long_and_why() -> None:
+    (f,) = detectors.drained_node_in_use(snap(platform=drained_platform()), DEFAULT)
+    assert (f.severity, f.key) == (Severity.WARNING, "nvrx-drained-node-100")
+    assert f.summary == (
+        "generation 100 runs on 1 drained node(s): n3 (task 1, draining for 10.0 min: 'xid 79')"
+    )
+    assert f.evidence["nodes"][0]["seconds_drained"] == 600.0
+    assert f.command == ()  # it says so; the drain poller, not the watcher, moves the task
+
+
+def test_drained_nodes_no_running_task_holds_are_not_a_finding() -> None:
+    elsewhere = drained_platform(drained("n7"), drained("n8", None))
+    assert detectors.drained_node_in_use(snap(platform=elsewhere), DEFAULT) == []
+    two = drained_platform(drained("n3"), drained("n4", None, ""))
+    (f,) = detectors.drained_node_in_use(snap(platform=two), DEFAULT)
+    assert "n4 (task 1, draining since an unknown time)" in f.summary
+
+
+def test_a_failed_sinfo_is_a_blind_pass_not_a_clean_one() -> None:
+    platform = replace(drained_platform(), drained=None, drained_error="sinfo: timed out")
+    s = snap(platform=platform)
+    assert detectors.drained_node_in_use(s, DEFAULT) == []
+    (blind,) = detectors.watch_blind(s, DEFAULT)
+    assert blind.summary.startswith("sinfo failed: sinfo: timed out; chain state unknown")
+    assert degraded(s)
+
+
 # --- suspect_node ------------------------------------------------------------------------------
+
+
+def short_on(node_sets: list[tuple[str, ...]]) -> list[CycleInfo]:
+    return [cycle(i, 3000 - 1000 * i, 60, nodes=n) for i, n in enumerate(node_sets)]
+
+
+SUSPECT_N2 = short_on([("n1", "n2"), ("n2", "n3"), ("n2", "n4")])
+DRAINING = cfg(drain_suspects=True)
+
+
+@pytest.mark.parametrize(
+    ("platform", "said", "evidence"),
+    [
+        (LIVE, "not drained", []),
+        (replace(LIVE, drained=(drained("n2"),)), "drained", ["n2"]),
+        (replace(LIVE, drained=None), "drain state unknown", None),
+    ],
+)
+def test_suspect_node_says_whether_its_node_is_drained_yet(
+    platform: Platform, said: str, evidence: list[str] | None
+) -> None:
+    (f,) = detectors.suspect_node(snap(SUSPECT_N2, platform=platform), DEFAULT)
+    assert f.summary.endswith(f"(correlation only; {said})")
+    assert f.evidence["drained"] == evidence
+
+
+def test_drain_suspects_offers_to_drain_one_node_not_drained_yet() -> None:
+    (f,) = detectors.suspect_node(snap(SUSPECT_N2, platform=LIVE), DRAINING)
+    assert f.command == (
+        "scontrol", "update", "nodename=n2", "state=drain",
+        "reason=nvrx watch suspect_node: in each of the last 3 short cycles of job 100",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("cycles", "platform", "settings"),
+    [
+        (SUSPECT_N2, LIVE, DEFAULT),  # not asked for: detect is not act
+        (SUSPECT_N2, replace(LIVE, drained=(drained("n2"),)), DRAINING),  # drained already
+        (SUSPECT_N2, replace(LIVE, drained=None), DRAINING),  # its state unknown
+        (short_on([("n1", "n2", "n3")] * 3), LIVE, DRAINING),  # several nodes named
+        (short_on([("n2",)] * 3), LIVE, DRAINING),  # every node the job ran on
+    ],
+)
+def test_drain_suspects_never_drains_on_a_guess(
+    cycles: list[CycleInfo], platform: Platform, settings: WatchSettings
+) -> None:
+    (f,) = detectors.suspect_node(snap(cycles, platform=platform), settings)
+    assert f.command == ()
 
 
 def test_suspect_node_names_the_node_common_to_the_trailing_short_cycles() -> None:
@@ -830,6 +919,7 @@ def test_the_registry_lists_the_catalogue_in_order() -> None:
         "chain_exhausted",
         "chain_not_cancelled",
         "generation_churn",
+        "drained_node_in_use",
         "restart_storm",
         "stalled_progress",
         "cycle_stalled",
@@ -889,6 +979,7 @@ def test_every_finding_explains_itself() -> None:
     found += run_detectors(snap(platform=churn(1, 2, 3, 4)), DEFAULT)
     drop = CounterDrop("checkpoint", "iteration", 250, 5)
     found += run_detectors(replace(snap(), counter_drops=(drop,)), DEFAULT)
+    found += run_detectors(snap(platform=drained_platform()), DEFAULT)
     assert {f.detector for f in found} == set(DETECTORS)
     for f in found:
         assert f.summary and "\n" not in f.summary, f

@@ -173,14 +173,14 @@ def test_an_empty_fleet_is_nothing_to_watch_and_a_missing_path_bad_input(tmp_pat
     assert missing.returncode == 2 and "not a directory" in missing.stderr
 
 
-def test_a_fleet_of_slurm_chains_costs_one_squeue_and_one_sacct(tmp_path: Path) -> None:
+def test_a_fleet_of_slurm_chains_costs_one_squeue_one_sinfo_and_one_sacct(tmp_path: Path) -> None:
     from nvrx.watch.fleet import Fleet, Member
     from nvrx.watch.model import ChainRef
     from nvrx.watch.resolve import Target
     from nvrx.watch.run import Watcher
     from tests.test_slurm_replay import Replay, slurm_for
 
-    replay = Replay({"squeue": [(0, "", "")], "sacct": [(0, "", "")]})
+    replay = Replay({"squeue": [(0, "", "")], "sinfo": [(0, "", "")], "sacct": [(0, "", "")]})
     slurm = slurm_for(replay)
     settings = WatchSettings(state_dir=tmp_path / "state")
     members = []
@@ -191,7 +191,7 @@ def test_a_fleet_of_slurm_chains_costs_one_squeue_and_one_sacct(tmp_path: Path) 
         target = Target(ChainRef(f"run{i}", "alice", str(work)), (glob,), None, f"run{i}")
         members.append(Member(f"run{i}", str(work), Watcher(target, settings, slurm, host="h")))
     result = Fleet(members, settings, slurm).run_pass()
-    assert replay.commands() == ["squeue", "sacct"] and result.slurm_commands == 2
+    assert replay.commands() == ["squeue", "sinfo", "sacct"] and result.slurm_commands == 3
     assert "--name=run0,run1,run2,run3,run4" in replay.argvs[0]
     assert [c.label for c in result.chains] == [f"run{i}" for i in range(5)]
 
@@ -232,7 +232,9 @@ def test_a_fleet_pass_reads_every_chains_cycle_files_while_slurm_answers(
     monkeypatch.setattr("nvrx.watch.run.read_cycles", counted)
     monkeypatch.setattr("nvrx.watch.observe.read_cycles", counted)
     monkeypatch.setattr(fleet, "observe_platforms", slow_slurm)
-    slurm = slurm_for(Replay({"squeue": [(0, "", "")], "sacct": [(0, "", "")]}))
+    slurm = slurm_for(
+        Replay({"squeue": [(0, "", "")], "sinfo": [(0, "", "")], "sacct": [(0, "", "")]})
+    )
     settings = WatchSettings(state_dir=tmp_path / "state")
     members = []
     for i in range(3):

@@ -156,15 +156,19 @@ def test_one_pass_asks_slurm_once_per_question_and_keeps_to_its_chain(tmp_path: 
     sacct_window = "200_0|200|FAILED|93:0|1795944250|1795944260|n4|alice|train\n"
     sacct_targeted = "100_0|100|FAILED|0:9|1795944250|1795944270|n1|alice|train\n"
     replay = Replay(
-        {"squeue": [(0, squeue, "")], "sacct": [(0, sacct_window, ""), (0, sacct_targeted, "")]}
+        {
+            "squeue": [(0, squeue, "")],
+            "sinfo": [(0, "", "")],
+            "sacct": [(0, sacct_window, ""), (0, sacct_targeted, "")],
+        }
     )
     (platform,) = observe_platforms([target], slurm_for(replay), WatchSettings(), datetime.now(UTC))
     assert [g.job_id for g in platform.generations] == ["100", "101"]
     assert not platform.generation("100").task0_live  # type: ignore[union-attr]
     # the other chain's 93 is not ours; gen 100's ending came from the targeted query
     assert [(e.job_id, str(e.exit)) for e in platform.endings] == [("100", "0:9")]
-    assert replay.commands() == ["squeue", "sacct", "sacct"]
-    assert "--user=alice" in replay.argvs[0] and "--jobs=100" in replay.argvs[2]
+    assert replay.commands() == ["squeue", "sinfo", "sacct", "sacct"]
+    assert "--user=alice" in replay.argvs[0] and "--jobs=100" in replay.argvs[3]
 
 
 def test_what_a_job_id_resolved_to_is_remembered_and_recalled_whole(tmp_path: Path) -> None:
@@ -265,7 +269,7 @@ def test_a_batch_script_that_sources_its_settings_resolves_end_to_end(tmp_path: 
     assert target.cycle_globs == (f"{tmp_path}/w/nvrx/cycle_infos/cycle_info.*",)
 
 
-def test_a_fleet_of_chains_costs_one_squeue_and_one_sacct_whatever_its_size(
+def test_a_fleet_of_chains_costs_one_squeue_one_sinfo_and_one_sacct_whatever_its_size(
     tmp_path: Path,
 ) -> None:
     from nvrx.watch.model import ChainRef
@@ -288,13 +292,19 @@ def test_a_fleet_of_chains_costs_one_squeue_and_one_sacct_whatever_its_size(
         "290_0|290|COMPLETED|0:0|1795944250|1795944270|n2|alice|run2\n"
     )
     late = "200_0|200|FAILED|1:0|1795944250|1795944260|n2|alice|run1\n"
-    replay = Replay({"squeue": [(0, squeue, "")], "sacct": [(0, sacct, ""), (0, late, "")]})
+    replay = Replay(
+        {
+            "squeue": [(0, squeue, "")],
+            "sinfo": [(0, "", "")],
+            "sacct": [(0, sacct, ""), (0, late, "")],
+        }
+    )
     platforms = observe_platforms(targets, slurm_for(replay), WatchSettings(), datetime.now(UTC))
-    assert replay.commands() == ["squeue", "sacct", "sacct"]  # the last: gen 200's lost task 0
+    assert replay.commands() == ["squeue", "sinfo", "sacct", "sacct"]  # last: gen 200's task 0
     assert "--name=run0,run1,run2" in replay.argvs[0] and "--user=alice" in replay.argvs[0]
     assert [[g.job_id for g in p.generations] for p in platforms] == [["100", "101"], ["200"], []]
     assert [[e.job_id for e in p.endings] for p in platforms] == [["90"], ["200"], ["290"]]
-    assert replay.argvs[2][-1] == "--jobs=200"
+    assert replay.argvs[3][-1] == "--jobs=200"
 
 
 def test_a_failed_fleet_query_blinds_every_chain_never_one_alone(tmp_path: Path) -> None:

@@ -512,3 +512,35 @@ def test_the_header_is_never_better_than_the_worst_finding(tmp_path: Path) -> No
     assert second.returncode == 0 and second.stdout.splitlines()[0].endswith("  WARNING")
     doc = json.loads(nvrx_watch(*args, "--json").stdout)
     assert doc["state"] == "warning" and doc["exit_code"] == 0
+
+
+@pytest.mark.parametrize(
+    ("act", "expected"),
+    [
+        (False, "[observe-only] not acting; owner should run: scontrol update nodename=n2"),
+        (True, "[act] ran: scontrol update nodename=n2"),
+    ],
+)
+def test_a_suspect_node_is_drained_only_with_act(tmp_path: Path, act: bool, expected: str) -> None:
+    import logging
+
+    from nvrx.config import WatchSettings
+    from nvrx.watch.detectors import suspect_node
+    from nvrx.watch.model import ChainRef
+    from nvrx.watch.resolve import Target
+    from nvrx.watch.run import PassResult, Watcher
+    from tests.test_slurm_replay import Replay, slurm_for
+    from tests.test_watch_detectors import LIVE, SUSPECT_N2, snap
+
+    settings = WatchSettings(state_dir=tmp_path / "state", drain_suspects=True)
+    (finding,) = suspect_node(snap(SUSPECT_N2, platform=LIVE), settings)
+    replay = Replay({"scontrol": [(0, "", "")]})
+    target = Target(ChainRef("train", "alice", None), (), None, "train")
+    watcher = Watcher(target, settings, slurm_for(replay), host="h", act=act)
+    result = PassResult(snap(SUSPECT_N2, platform=LIVE), [finding], False)
+    watcher._act(result, logging.getLogger("test"))
+    (line,) = result.actions
+    assert line.startswith(expected)
+    assert "state=drain 'reason=nvrx watch suspect_node: in each of the last 3" in line
+    ran = [a for a in replay.argvs if os.path.basename(a[0]) == "scontrol"]
+    assert ran == ([[ran[0][0], "update", "nodename=n2", "state=drain", ran[0][-1]]] if act else [])

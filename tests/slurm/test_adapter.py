@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -19,6 +20,7 @@ from nvrx.slurm import (
     SlurmError,
     SlurmPolicyError,
     SlurmUnavailable,
+    SlurmValueError,
     SubmitOptions,
 )
 from nvrx.slurm.poller import StatePoller
@@ -353,3 +355,24 @@ def test_a_controller_down_past_the_deadline_is_unavailable_not_empty(
     status = StatePoller(slurm, min_interval=0).poll([sub.job_id])
     assert status.blind
     assert status.jobs[sub.job_id].state is JobState.UNKNOWN
+
+
+def test_a_drained_node_is_listed_with_when_and_why_and_resumed(slurm: Slurm) -> None:
+    node = "n8"
+    reason = "nvrx test: drain, with a comma and | a bar"
+    before = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
+    argv = slurm.drain_node(node, reason)
+    try:
+        assert argv[1:] == ["update", "nodename=n8", "state=drain", f"reason={reason}"]
+        (drained,) = [d for d in slurm.drained_nodes() if d.name == node]
+        assert drained.reason == reason and drained.state.startswith("drain")
+        assert drained.since is not None and drained.since >= before
+        slurm.drain_node(node, reason)  # again: no error, still one row
+        assert [d.name for d in slurm.drained_nodes()].count(node) == 1
+    finally:
+        subprocess.run(
+            ["scontrol", "update", f"nodename={node}", "state=resume"], check=True, timeout=30
+        )
+    assert node not in [d.name for d in slurm.drained_nodes()]
+    with pytest.raises(SlurmValueError, match="invalid node name"):
+        slurm.drain_node("n[1-8]", reason)

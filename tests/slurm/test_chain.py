@@ -485,13 +485,21 @@ def test_a_drained_node_leaves_at_the_next_rendezvous_and_a_spare_takes_its_task
     clean = wait_for(lambda: marker(work, first, 1), what="the poller's first pass")
     assert clean == {"job_id": task1.job_id, "nodes": task1.nodes, "drained": ""}
 
+    def checkpointed() -> int | None:
+        try:
+            return int((work / "checkpoints" / "latest_checkpointed_iteration.txt").read_text())
+        except (OSError, ValueError):
+            return None
+
+    wait_for(checkpointed, what="a first checkpoint")
     drain_node(task1.nodes)
     wait_for(
         lambda: (marker(work, first, 1) or {}).get("drained") == task1.nodes,
         timeout=60, what="task 1's marker to say drained",
     )  # fmt: skip
     assert not (work / "nvrx" / first / "drain" / f"admit.{task1.job_id}").exists()
-    saved = int((work / "checkpoints" / "latest_checkpointed_iteration.txt").read_text())
+    saved = checkpointed()
+    assert saved is not None
 
     cycle1 = wait_for(lambda: cycle_info(work, first, 1), timeout=180, what="cycle 1")
     assert task1.nodes not in expand_hosts(cycle1["active_nodes"]), cycle1

@@ -345,3 +345,51 @@ def test_a_job_name_slurm_does_not_know_is_a_blind_pass_not_a_clean_one(
     assert (code, doc["degraded"], doc["state"]) == (3, True, "blind")
     (finding,) = [f for f in doc["findings"] if "unseen" in f["key"]]
     assert f"Slurm knows no job 987654321 of name '{name}'" in finding["summary"]
+
+
+def test_a_drained_node_a_chain_runs_on_shows_in_one_pass_of_watch_and_of_the_fleet(
+    slurm: Slurm, work_root: Path
+) -> None:
+    work = work_root / "drained"
+    doc = submit(
+        work, "-K", "1", "--train-tasks", "1", "--hot-spares", "1", "--cold-spares", "0", *NO_FAULTS
+    )
+    (generation,) = [g["job_id"] for g in doc["generations"]]
+
+    def spare() -> Any:
+        rows = [r for r in slurm.queue([generation]) if r.task_id == 1]
+        return rows[0] if rows and rows[0].state is JobState.RUNNING else None
+
+    node = wait_for(spare, what="the hot spare running").nodes
+    prom = work_root / "nvrx.prom"
+    subprocess.run(
+        ["scontrol", "update", f"nodename={node}", "state=drain", "reason=nvrx test: xid 79"],
+        check=True, timeout=30,
+    )  # fmt: skip
+    try:
+        _, one = watch(
+            "--work-dir", str(work), "--set", f"watch.prom_file={prom}",
+            state_dir=work_root / "state",
+        )  # fmt: skip
+        (found,) = [f for f in one["findings"] if f["detector"] == "drained_node_in_use"]
+        assert f"{node} (task 1, draining" in found["summary"]
+        assert "'nvrx test: xid 79'" in found["summary"]
+        assert found["command"] == []  # reported, never acted on
+        (held,) = one["snapshot"]["platform"]["drained_in_use"]
+        assert (held["generation"], held["task"], held["node"]) == (generation, 1, node)
+        assert f'nvrx_watch_drained_nodes_in_use{{chain="{one["chain"]["name"]}"}} 1' in (
+            prom.read_text()
+        )
+
+        _, fleet = watch("--fleet", str(work), state_dir=work_root / "fleet-state")
+        (chain,) = fleet["chains"]
+        assert "drained_node_in_use" in detectors(chain)
+        table = subprocess.run(
+            [sys.executable, "-m", "nvrx.cli", "watch", "--fleet", str(work),
+             "--state-dir", str(work_root / "fleet-state")],
+            capture_output=True, text=True, timeout=300, check=False,
+        ).stdout  # fmt: skip
+        header, row = table.splitlines()[1:3]
+        assert "drained" in header.split() and node in row.split()
+    finally:
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], timeout=30)

@@ -227,6 +227,11 @@ class WatchSettings(_Section):
     max_restarts: OptionalInt = Field(
         None, ge=0, description="launcher --max-restarts (None: the chain manifest's)"
     )
+    # Off by default: detect is not act. Even on, only with --act, and only for a finding that
+    # names one node that is not drained yet and is not every node of the job.
+    drain_suspects: bool = Field(
+        False, description="--act drains the one node a suspect_node finding names"
+    )
 
 
 # The scoring dimensions (nvrx.score.model.DIMENSIONS, which tests hold equal to these).

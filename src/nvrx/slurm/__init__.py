@@ -14,12 +14,13 @@ from nvrx.slurm.errors import (
 from nvrx.slurm.hostlist import compress, expand
 from nvrx.slurm.ids import JobRef, TaskIndices, parse_job_ref, parse_task_indices
 from nvrx.slurm.options import SubmitOptions
-from nvrx.slurm.parse import AccountingRow, PartitionNodes, QueueRow, Submission
+from nvrx.slurm.parse import AccountingRow, DrainedNode, PartitionNodes, QueueRow, Submission
 from nvrx.slurm.states import ExitStatus, JobState
 
 __all__ = [
     "AccountingDisabled",
     "AccountingRow",
+    "DrainedNode",
     "ErrorKind",
     "ExitStatus",
     "JobForgotten",

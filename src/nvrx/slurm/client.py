@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -33,16 +34,20 @@ from nvrx.slurm.options import (
     check_name,
     check_query_name,
     check_signal,
+    check_text,
     check_user,
 )
 from nvrx.slurm.parse import (
+    DRAINED_FORMAT,
     SACCT_FORMAT,
     SINFO_FORMAT,
     SQUEUE_FORMAT,
     AccountingRow,
+    DrainedNode,
     PartitionNodes,
     QueueRow,
     Submission,
+    parse_drained_nodes,
     parse_sacct,
     parse_sbatch_parsable,
     parse_scontrol_records,
@@ -456,7 +461,29 @@ class Slurm:
             )
         return nodes
 
+    def drained_nodes(self, states: Sequence[str] = ("drain",)) -> list[DrainedNode]:
+        """One `sinfo`: every node in `states` (`drain` matches draining and drained nodes),
+        with when and why it was drained."""
+        for state in states:
+            if not _NODE_STATE_RE.match(state):
+                raise SlurmValueError(f"invalid node state {state!r}: lower-case letters only")
+        argv = [self._cmd("sinfo"), "-h", "-N", "-t", ",".join(states), "-o", DRAINED_FORMAT]
+        return self._parse(parse_drained_nodes, self.executor.run(argv))
+
     # --- scontrol --------------------------------------------------------------------------
+
+    def drain_node(self, node: str, reason: str) -> list[str]:
+        """`scontrol update nodename=NODE state=drain reason=REASON`: no new job starts on the
+        node; the jobs on it run on. Draining a drained node again only renews its reason."""
+        argv = [
+            self._cmd("scontrol"),
+            "update",
+            f"nodename={check_name(node, 'node name')}",
+            "state=drain",
+            f"reason={check_text(reason, 'drain reason')}",
+        ]
+        self.executor.run(argv)
+        return argv
 
     def show_job(self, job_id: str | int) -> list[JobInfo]:
         """`scontrol show job -o ID`: one JobInfo per record (per task for an array).
@@ -496,6 +523,7 @@ class Slurm:
             ) from None
 
 
+_NODE_STATE_RE = re.compile(r"^[a-z_]+$")
 _CANCEL_STATES = frozenset({JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED})
 
 

@@ -181,6 +181,42 @@ def parse_sinfo(text: str, partition: str | None) -> PartitionNodes | None:
     return None if found is None else PartitionNodes(found, total, idle)
 
 
+# `sinfo -h -N -t STATES -o ...`: one row per node (and partition) in those states; the reason
+# last, since it is free text and may hold the delimiter.
+DRAINED_FIELDS: tuple[tuple[str, str], ...] = (
+    ("name", "%N"),
+    ("state", "%T"),
+    ("since", "%H"),
+    ("reason", "%E"),
+)
+DRAINED_FORMAT = DELIMITER.join(code for _, code in DRAINED_FIELDS)
+
+
+@dataclass(frozen=True, slots=True)
+class DrainedNode:
+    """A node Slurm has drained or is draining: no new job starts there."""
+
+    name: str
+    state: str  # sinfo's long state: `draining`, `drained`, `drained*`, ...
+    since: datetime | None  # when the reason was set (an admin's drain, a health check's)
+    reason: str
+
+
+def parse_drained_nodes(text: str) -> list[DrainedNode]:
+    """`sinfo -h -N -t STATES -o DRAINED_FORMAT` → each node once (sinfo lists a node once per
+    partition), in name order."""
+    nodes: dict[str, DrainedNode] = {}
+    for f in _records(text, [name for name, _ in DRAINED_FIELDS], "sinfo"):
+        name = f["name"].strip()
+        if not name:
+            raise SlurmParseError("sinfo row without a node name")
+        nodes.setdefault(
+            name,
+            DrainedNode(name, f["state"].strip(), parse_slurm_time(f["since"]), _text(f["reason"])),
+        )
+    return [nodes[n] for n in sorted(nodes)]
+
+
 @dataclass(frozen=True, slots=True)
 class AccountingRow:
     """One allocation row of `sacct -X -n -P` (a job, an array task, or a pending task range)."""

@@ -7,9 +7,11 @@ from typing import Any
 
 from nvrx.config import WatchSettings
 from nvrx.display import printable
+from nvrx.slurm.hostlist import compress
 from nvrx.watch.detectors.fleet import failed_cycles
 from nvrx.watch.fleet import ChainPass, FleetResult
 from nvrx.watch.goodput import Goodput, fleet_goodput
+from nvrx.watch.model import Snapshot
 from nvrx.watch.output import (
     JSON_SCHEMA,
     SEVERITY_STYLE,
@@ -94,6 +96,16 @@ def _fleet_goodput(fleet: FleetResult) -> Goodput:
     return fleet_goodput([g for c in fleet.chains if c.result and (g := c.result.goodput)])
 
 
+def _drained(snap: Snapshot) -> str:
+    """The drained nodes the chain's running tasks hold (`-`: none; `?`: sinfo failed)."""
+    platform = snap.platform
+    if platform is None:
+        return "-"
+    if platform.drained is None or not platform.queue_ok:
+        return "?"
+    return compress(sorted({d.name for _, _, d in platform.drained_in_use()})) or "-"
+
+
 def _restarts(chain: ChainPass, settings: WatchSettings) -> int | None:
     if chain.result is None:
         return None
@@ -105,14 +117,14 @@ def fleet_lines(fleet: FleetResult, settings: WatchSettings) -> list[Line]:
     now = fleet.observed_at
     window = f"{settings.fleet_window / 3600:g}h"
     header = (
-        "chain", "state", "generation", "checkpoint", "age", f"restarts/{window}", "goodput",
-        "findings",
+        "chain", "state", "generation", "checkpoint", "age", f"restarts/{window}", "drained",
+        "goodput", "findings",
     )  # fmt: skip
     rows: list[tuple[str, ...]] = []
     for c in fleet.chains:
         r = c.result
         if r is None:
-            rows.append((c.label, "blind", "?", "?", "?", "?", "?", "?"))
+            rows.append((c.label, "blind", "?", "?", "?", "?", "?", "?", "?"))
             continue
         snap = r.snapshot
         ckpt = snap.checkpoint
@@ -124,12 +136,13 @@ def fleet_lines(fleet: FleetResult, settings: WatchSettings) -> list[Line]:
                 str(ckpt.value) if ckpt.value is not None else "-",
                 ago(age_seconds(now, ckpt.mtime)) if ckpt.mtime else "-",
                 str(_restarts(c, settings)),
+                _drained(snap),
                 percent(r.goodput.fraction if r.goodput else None),
                 str(len(r.findings)),
             )
         )
     total = _fleet_goodput(fleet)
-    rows.append(("fleet", "", "", "", "", "", percent(total.fraction), ""))
+    rows.append(("fleet", "", "", "", "", "", "", percent(total.fraction), ""))
     widths = [max(len(printable(row[i])) for row in (header, *rows)) for i in range(len(header))]
     lines: list[Line] = [
         [

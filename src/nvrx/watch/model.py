@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, overload
 
+from nvrx.slurm.parse import DrainedNode
 from nvrx.slurm.states import ExitStatus, JobState
 
 
@@ -383,6 +384,7 @@ class Generation:
 
     job_id: str
     task_states: dict[int, JobState]  # task index → state, for every task row in squeue
+    task_nodes: dict[int, tuple[str, ...]] = field(default_factory=dict)  # running tasks' nodes
 
     @property
     def task0_live(self) -> bool:
@@ -458,6 +460,25 @@ class Platform:
     endings: tuple[TaskZeroEnding, ...] = ()  # task-0 endings within the churn window (+ orphans)
     spans: tuple[GenerationSpan, ...] = ()  # every task 0 accounting showed (running ones too)
     accounting_window: float | None = None  # seconds back sacct was asked about the chain's name
+    # Drained and draining nodes, cluster-wide (one sinfo per pass); None when sinfo failed.
+    drained: tuple[DrainedNode, ...] | None = ()
+    drained_error: str | None = None
+
+    def drained_node(self, name: str) -> DrainedNode | None:
+        return next((d for d in self.drained or () if d.name == name), None)
+
+    def drained_in_use(self) -> list[tuple[str, int, DrainedNode]]:
+        """(generation, task, node) for each drained node a running task of the chain holds."""
+        if not self.drained:
+            return []
+        by_name = {d.name: d for d in self.drained}
+        return [
+            (g.job_id, task, by_name[node])
+            for g in self.generations
+            for task, nodes in sorted(g.task_nodes.items())
+            for node in nodes
+            if node in by_name
+        ]
 
     def generation(self, job_id: str) -> Generation | None:
         return next((g for g in self.generations if g.job_id == job_id), None)
@@ -553,6 +574,25 @@ class CancelPending:
         return ("scancel", "--state=PENDING", self.generation)
 
 
+@dataclass(frozen=True, slots=True)
+class DrainNode:
+    """The watcher's other action, only with `watch.drain_suspects` and --act: drain the one
+    node a suspect_node finding names, as `scontrol update nodename=N state=drain reason=...`."""
+
+    node: str
+    reason: str
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return (
+            "scontrol",
+            "update",
+            f"nodename={self.node}",
+            "state=drain",
+            f"reason={self.reason}",
+        )
+
+
 @dataclass(frozen=True)
 class Finding:
     """One conclusion of one detector. `key` is stable across passes and hosts (dedup, pager);
@@ -564,7 +604,7 @@ class Finding:
     summary: str
     detail: str = ""
     runbook: str = ""
-    action: CancelPending | None = None  # what `--act` would do about it, if anything
+    action: CancelPending | DrainNode | None = None  # what `--act` would do about it, if anything
     evidence: dict[str, Any] = field(default_factory=dict)
     first_seen: datetime | None = None
 

@@ -1,8 +1,9 @@
 """One pass's observation: cycle-info files, the checkpoint file and Slurm, into a Snapshot.
 
-Slurm costs at most one squeue (the chains' generations, by name and user) and one sacct (task-0
-endings in the churn window) per pass, plus one targeted sacct only when a generation lost its
-task 0 longer ago than that window, for one chain or a fleet of them. A failed query is
+Slurm costs at most one squeue (the chains' generations, by name and user), one sinfo (the
+drained nodes) and one sacct (task-0 endings in the churn window) per pass, plus one targeted
+sacct only when a generation lost its task 0 longer ago than that window, for one chain or a
+fleet of them. A failed query is
 recorded in the snapshot, never read as "nothing running" (docs/slurm-adapter.md).
 """
 
@@ -19,7 +20,7 @@ from typing import TypeVar
 
 from nvrx.config import WatchSettings
 from nvrx.files import InputError, InputTooLarge, lexically_under, read_bounded, within_root
-from nvrx.slurm import JobState, QueueRow, Slurm, SlurmError, SlurmValueError
+from nvrx.slurm import DrainedNode, JobState, QueueRow, Slurm, SlurmError, SlurmValueError, expand
 from nvrx.slurm.parse import AccountingRow
 from nvrx.watch.cyclecache import CycleCache
 from nvrx.watch.cycles import (
@@ -135,13 +136,18 @@ def _ours(row_comment: str, job_id: str, target: Target) -> bool:
 
 def _generations(rows: list[QueueRow], target: Target) -> tuple[Generation, ...]:
     tasks: dict[str, dict[int, JobState]] = {}
+    nodes: dict[str, dict[int, tuple[str, ...]]] = {}
     user = target.chain.user
     for row in rows:
         if (user and row.user != user) or not _ours(row.comment, row.array_job_id, target):
             continue
         index = row.task_id if row.task_id is not None else 0
         tasks.setdefault(row.array_job_id, {})[index] = row.state
-    return tuple(Generation(job, states) for job, states in sorted(tasks.items()))
+        if row.state is JobState.RUNNING and row.nodes:
+            nodes.setdefault(row.array_job_id, {})[index] = tuple(expand(row.nodes))
+    return tuple(
+        Generation(job, states, nodes.get(job, {})) for job, states in sorted(tasks.items())
+    )
 
 
 def _ending(row: AccountingRow, target: Target) -> TaskZeroEnding:
@@ -186,7 +192,8 @@ def observe_platforms(
 ) -> list[Platform]:
     """Every chain's generations and task-0 endings for one squeue and one sacct (task-0
     endings in the churn window), plus one sacct only when some generation lost its task 0
-    longer ago than that window: whatever the number of chains. One Platform per target."""
+    longer ago than that window, and one sinfo (the drained nodes): whatever the number of
+    chains. One Platform per target."""
     names = [t.chain.name for t in targets if t.chain.name is not None]
     assert len(names) == len(targets), "a Slurm chain has a job name (resolve checks it)"
     # Every user's jobs when any chain has no user; the rows are split by name and user below.
@@ -196,6 +203,11 @@ def observe_platforms(
         rows = slurm.queue(name=names, user=users)
     except (SlurmError, SlurmValueError) as exc:
         return [Platform(queue_ok=False, queue_error=str(exc)) for _ in targets]
+    try:
+        drained: tuple[DrainedNode, ...] | None = tuple(slurm.drained_nodes())
+        drained_error = None
+    except (SlurmError, SlurmValueError) as exc:
+        drained, drained_error = None, str(exc)
     by_name = _by_name(rows)
     generations = [
         _generations(by_name.get(name, []), t) for name, t in zip(names, targets, strict=True)
@@ -236,7 +248,14 @@ def observe_platforms(
                     spans[i] += _spans(theirs, targets[i], known[i] | wanted)
     except (SlurmError, SlurmValueError) as exc:
         return [
-            Platform(queue_ok=True, accounting_ok=False, accounting_error=str(exc), generations=g)
+            Platform(
+                queue_ok=True,
+                accounting_ok=False,
+                accounting_error=str(exc),
+                generations=g,
+                drained=drained,
+                drained_error=drained_error,
+            )
             for g in generations
         ]
     return [
@@ -246,6 +265,8 @@ def observe_platforms(
             endings=tuple(e),
             spans=tuple(s),
             accounting_window=settings.churn_window,
+            drained=drained,
+            drained_error=drained_error,
         )
         for g, e, s in zip(generations, endings, spans, strict=True)
     ]

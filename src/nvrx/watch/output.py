@@ -80,6 +80,20 @@ def pass_json(result: PassResult) -> dict[str, Any]:
                 "queue_error": platform.queue_error,
                 "accounting_ok": platform.accounting_ok,
                 "accounting_error": platform.accounting_error,
+                "sinfo_ok": platform.drained is not None,
+                "sinfo_error": platform.drained_error,
+                # The chain's running tasks on drained nodes (drained_node_in_use's subject).
+                "drained_in_use": [
+                    {
+                        "generation": gen,
+                        "task": task,
+                        "node": d.name,
+                        "state": d.state,
+                        "since": _iso(d.since),
+                        "reason": d.reason,
+                    }
+                    for gen, task, d in platform.drained_in_use()
+                ],
                 "generations": [
                     {
                         "job_id": g.job_id,
@@ -202,6 +216,19 @@ def pass_lines(result: PassResult) -> list[Line]:
                 f"{g.running} running, {g.pending} pending"
             )
         say("generations: " + ("; ".join(parts) or "none queued or running"))
+        if platform.drained is None:
+            say(f"drained nodes: UNKNOWN (sinfo failed: {platform.drained_error})", "yellow")
+        elif held := platform.drained_in_use():
+            say(
+                "drained nodes in use: "
+                + ", ".join(
+                    f"{d.name} (generation {gen} task {task}"
+                    + (f", {ago(age_seconds(now, d.since))}" if d.since else "")
+                    + ")"
+                    for gen, task, d in held
+                ),
+                "yellow",
+            )
         if platform.endings:
             recent = sorted(platform.endings, key=lambda e: e.end or now)[-3:]
             say(

@@ -1,7 +1,8 @@
 """One watch pass, end to end: observe, detect, (maybe) act, report to the sinks, remember.
 
-Detect ≠ act: the only action, cancelling an orphaned generation's pending tasks, runs only
-with --act; observe-only prints the command the owner should run. --dry-run suppresses the
+Detect ≠ act: the actions (cancelling an orphaned generation's pending tasks; with
+`watch.drain_suspects`, draining a suspect node) run only with --act; observe-only prints the
+command the owner should run. --dry-run suppresses the
 action, alerts, heartbeat and state writes.
 
 One module because a pass is one transaction under the state lock: what it observed, the
@@ -34,7 +35,7 @@ from nvrx.watch.detectors import DETECTORS, run_detectors
 from nvrx.watch.detectors import degraded as is_degraded
 from nvrx.watch.detectors.anomaly import last_progress
 from nvrx.watch.goodput import Goodput, goodput
-from nvrx.watch.model import CancelPending, Finding, Platform, Severity, Snapshot
+from nvrx.watch.model import CancelPending, DrainNode, Finding, Platform, Severity, Snapshot
 from nvrx.watch.observe import observe
 from nvrx.watch.resolve import Target, from_manifest, refuse_input
 from nvrx.watch.sinks import (
@@ -322,6 +323,8 @@ class Watcher:
                 line = f"[dry-run] would run: {command}"
             elif not self.act:
                 line = f"[observe-only] not acting; owner should run: {command}"
+            elif isinstance(f.action, DrainNode):
+                line = self._drain(f.action)
             elif self.target.chain.chain_id is None:
                 # Without a chain id nothing proves the generation belongs to the watched run
                 # (another chain may share the name): never cancel on a guess.
@@ -333,6 +336,16 @@ class Watcher:
                 line = self._cancel_pending(f.action)
             result.actions.append(line)
             logger.info("%s", line)
+
+    def _drain(self, action: DrainNode) -> str:
+        """Drain a suspect node (offered only with `watch.drain_suspects`, for a node not
+        drained yet; draining it again would only renew its reason)."""
+        assert self.slurm is not None
+        try:
+            argv = self.slurm.drain_node(action.node, action.reason)
+        except SlurmError as exc:
+            return f"[act] FAILED: {shlex.join(action.argv)}: {exc} (next pass retries)"
+        return f"[act] ran: {shlex.join(argv)}"
 
     def _cancel_pending(self, action: CancelPending) -> str:
         """The one action: cancel an orphaned generation's pending tasks (idempotent; a failure

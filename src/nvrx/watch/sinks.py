@@ -202,6 +202,14 @@ def _chain_metrics(
             "in-job restarts of the current generation",
             [(job, max(count - 1, 0))],
         )
+    platform = snap.platform
+    if platform is not None and platform.queue_ok and platform.drained is not None:
+        # Absent when sinfo failed (nvrx_watch_degraded says so): never a false 0.
+        metric(
+            "nvrx_watch_drained_nodes_in_use",
+            "drained nodes the chain's running tasks hold",
+            [(chain, len({d.name for _, _, d in platform.drained_in_use()}))],
+        )
     ckpt = snap.checkpoint
     if ckpt.value is not None:
         metric(

@@ -38,6 +38,7 @@ from nvrx.watch.detectors.anomaly import (
 from nvrx.watch.detectors.chain import (
     chain_exhausted,
     chain_not_cancelled,
+    drained_node_in_use,
     generation_churn,
     orphaned_generation,
 )
@@ -53,6 +54,7 @@ DETECTORS: dict[str, Detector] = {
     "chain_exhausted": chain_exhausted,
     "chain_not_cancelled": chain_not_cancelled,
     "generation_churn": generation_churn,
+    "drained_node_in_use": drained_node_in_use,
     # §5.2 anomaly detectors
     "restart_storm": restart_storm,
     "stalled_progress": stalled_progress,
@@ -88,6 +90,7 @@ __all__ = [
     "counter_regressed",
     "cycle_stalled",
     "degraded",
+    "drained_node_in_use",
     "generation_churn",
     "orphaned_generation",
     "restart_budget_low",

@@ -23,8 +23,9 @@ from nvrx.watch.detectors.common import (
     _queue,
     _queue_gate,
     _when,
+    drain_state,
 )
-from nvrx.watch.model import CycleInfo, Finding, Severity, Snapshot, to_us
+from nvrx.watch.model import CycleInfo, DrainNode, Finding, Severity, Snapshot, to_us
 
 
 def restart_storm(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
@@ -445,6 +446,20 @@ def suspect_node(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     keys = [c.key for c in window]
     durations = [_duration(c) for c in window]
     what = f"node {named} was" if len(nodes) == 1 else f"{len(nodes)} nodes ({named}) were"
+    drain_text, drained = drain_state(snap, nodes)
+    # The action, only when asked for: one node, known not to be drained yet, and not every
+    # node the job ran on (then the correlation says nothing about the node).
+    action = None
+    if (
+        cfg.drain_suspects
+        and len(nodes) == 1
+        and drained == []
+        and any(set(c.active_nodes) - common for c in window)
+    ):
+        action = DrainNode(
+            nodes[0],
+            f"nvrx watch suspect_node: in each of the last {len(window)} short cycles of job {job}",
+        )
     return [
         Finding(
             detector="suspect_node",
@@ -452,7 +467,7 @@ def suspect_node(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
             key=f"nvrx-suspect-node-{job}",
             summary=(
                 f"{what} in each of the last {len(window)} short cycles of job {job} "
-                f"(correlation only)"
+                f"(correlation only; {drain_text})"
             ),
             detail=(
                 f"cycles {', '.join(keys)} each ran < {_human(cfg.short_cycle_seconds)} "
@@ -471,6 +486,8 @@ def suspect_node(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
                 "durations": durations,
                 "short_cycle_seconds": cfg.short_cycle_seconds,
                 "short_run": len(run),
+                "drained": drained,
             },
+            action=action,
         )
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nvrx.config import WatchSettings
+from nvrx.slurm.parse import DrainedNode
 from nvrx.watch.detectors.common import (
     _age,
     _cancel_chain_hint,
@@ -261,3 +262,70 @@ def generation_churn(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
             },
         )
     ]
+
+
+def drained_node_in_use(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
+    """A running task of a live generation holds a node Slurm has drained (or is draining).
+
+    One warning per generation, naming each such node with its task, how long it has been
+    drained and why. Slurm's drain lets running jobs run on: the chain's drain poller takes the
+    task out at its next rendezvous (docs/submit-chain.md); until then it trains on a node an
+    admin or a health check has given up on. Silent when the queue or sinfo could not be read.
+    """
+    platform = _queue(snap)
+    if platform is None:
+        return []
+    by_generation: dict[str, list[tuple[int, DrainedNode]]] = {}
+    for generation, task, node in platform.drained_in_use():
+        by_generation.setdefault(generation, []).append((task, node))
+    findings = []
+    for gen, held in by_generation.items():
+
+        def since(d: DrainedNode) -> str:
+            if d.since is None:
+                return "since an unknown time"
+            return f"for {_human(_age(snap.observed_at, d.since))}"
+
+        parts = [
+            f"{d.name} (task {task}, {d.state} {since(d)}"
+            + (f": {d.reason!r}" if d.reason else "")
+            + ")"
+            for task, d in held
+        ]
+        findings.append(
+            Finding(
+                detector="drained_node_in_use",
+                severity=Severity.WARNING,
+                key=f"nvrx-drained-node-{gen}",
+                summary=(
+                    f"generation {gen} runs on {len(held)} drained node(s): {', '.join(parts)}"
+                ),
+                detail=(
+                    "Slurm starts no new job on a drained node but lets this one run on. With "
+                    "the drain poller on (chain.drain_poll), the task leaves at the next "
+                    f"rendezvous; its marker is nvrx/{gen}/drain/task_<K>.drained in the work dir"
+                ),
+                runbook=(
+                    "Check why the node was drained (scontrol show node <node>). If it must "
+                    "leave now, not at the next restart, cancel that task "
+                    f"(scancel {gen}_<task>): a spare takes its place."
+                ),
+                evidence={
+                    "generation": gen,
+                    "nodes": [
+                        {
+                            "node": d.name,
+                            "task": task,
+                            "state": d.state,
+                            "since": _iso(d.since),
+                            "seconds_drained": (
+                                _age(snap.observed_at, d.since) if d.since is not None else None
+                            ),
+                            "reason": d.reason,
+                        }
+                        for task, d in held
+                    ],
+                },
+            )
+        )
+    return findings

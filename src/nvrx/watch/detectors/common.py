@@ -3,10 +3,11 @@ queue gates (a detector that needs the queue stays silent when squeue failed).""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from nvrx.config import WatchSettings
+from nvrx.slurm.hostlist import compress
 from nvrx.watch.model import ChainRef, CycleInfo, Finding, Platform, Snapshot
 
 Detector = Callable[[Snapshot, WatchSettings], list[Finding]]
@@ -91,15 +92,32 @@ def _cancel_chain_hint(chain: ChainRef) -> str:
 
 
 def degraded(snap: Snapshot) -> bool:
-    """The pass is blind (squeue or sacct failed, the cycle-info files' location could not be
-    read, or Slurm knows no job of the chain its cycle files are current for): exit 1, no
+    """The pass is blind (squeue, sinfo or sacct failed, the cycle-info files' location could
+    not be read, or Slurm knows no job of the chain its cycle files are current for): exit 1, no
     heartbeat (a blind watcher must not look healthy)."""
     platform = snap.platform
     return (
         snap.cycles_blind is not None
-        or (platform is not None and not (platform.queue_ok and platform.accounting_ok))
+        or (
+            platform is not None
+            and not (platform.queue_ok and platform.accounting_ok and platform.drained is not None)
+        )
         or unseen_job(snap) is not None
     )
+
+
+def drain_state(snap: Snapshot, nodes: Sequence[str]) -> tuple[str, list[str] | None]:
+    """Whether these nodes are drained yet, for a finding's text, and the drained ones (None:
+    unknown, sinfo failed or no platform)."""
+    platform = snap.platform
+    if platform is None or platform.drained is None:
+        return "drain state unknown", None
+    drained = [n for n in nodes if platform.drained_node(n) is not None]
+    if not drained:
+        return "not drained", []
+    if len(drained) == len(nodes):
+        return ("drained" if len(nodes) == 1 else "all drained"), drained
+    return f"drained: {compress(drained)}", drained
 
 
 def unseen_job(snap: Snapshot) -> str | None:

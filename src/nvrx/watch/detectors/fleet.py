@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from nvrx.config import WatchSettings
+from nvrx.watch.detectors.common import drain_state
 from nvrx.watch.model import CycleInfo, Finding, Severity, Snapshot, ended_cleanly, to_us
 
 FleetDetector = Callable[[Sequence[Snapshot], WatchSettings], list[Finding]]
@@ -49,6 +50,8 @@ def fleet_suspect_node(snaps: Sequence[Snapshot], cfg: WatchSettings) -> list[Fi
         if len(chains) < 2:
             continue
         names = sorted(chains)
+        # Any chain's snapshot says what sinfo said this pass (one sinfo for the fleet).
+        drain_text, drained = drain_state(snaps[0], [node])
         findings.append(
             Finding(
                 detector="fleet_suspect_node",
@@ -56,14 +59,19 @@ def fleet_suspect_node(snaps: Sequence[Snapshot], cfg: WatchSettings) -> list[Fi
                 key=f"nvrx-fleet-suspect-node-{node}",
                 summary=(
                     f"node {node} was in failed cycles of {len(names)} chains within "
-                    f"{cfg.fleet_window / 3600:g} h (correlation only): {', '.join(names)}"
+                    f"{cfg.fleet_window / 3600:g} h (correlation only; {drain_text}): "
+                    f"{', '.join(names)}"
                 ),
                 detail="; ".join(f"{c}: {', '.join(chains[c])}" for c in names),
                 runbook=(
                     "Several chains failed on this node: check its health (dmesg, XID, GPU/NIC "
                     "errors) and the attribution of those cycles before draining it."
                 ),
-                evidence={"node": node, "chains": {c: chains[c] for c in names}},
+                evidence={
+                    "node": node,
+                    "chains": {c: chains[c] for c in names},
+                    "drained": bool(drained) if drained is not None else None,
+                },
             )
         )
     return findings

@@ -68,6 +68,16 @@ def watch_blind(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
                 "Check slurmdbd (sacct -X -n -S now-1hour)",
             )
         )
+    if platform is not None and platform.queue_ok and platform.drained is None:
+        blind.append(
+            (
+                "sinfo failed",
+                platform.drained_error or "unknown error",
+                "sinfo-",
+                "drained_node_in_use is not evaluated and no suspect node's drain state is known",
+                "Check slurmctld reachability from this host (sinfo -N -t drain)",
+            )
+        )
     return [
         Finding(
             detector="watch_blind",
