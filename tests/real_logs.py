@@ -72,7 +72,7 @@ LABEL_DECISIONS = {"STOP": STOP, "RESTART": RESTART, "NONE": ERRORS_NOT_FOUND}
 # text can show in several ways (a host OOM as the kernel's kill, a bus error as a memory signal)
 # has each of them.
 FAULT_CLASSES: dict[str, frozenset[str | None]] = {
-    "exception": frozenset({"WORKLOAD_EXC", "ASYNC_EXC", "SIGNAL_EXC", "CRASH"}),
+    "exception": frozenset({"WORKLOAD_EXC", "ASYNC_EXC", "SIGNAL_EXC", "CRASH", "JOB_REJECTED"}),
     "device_assert": frozenset({"DEVICE_ASSERT"}),
     "nan_loss": frozenset({"NAN_LOSS"}),
     "segfault": frozenset({"SEGFAULT", "BUS_ERROR"}),

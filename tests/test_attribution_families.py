@@ -553,3 +553,126 @@ def test_horovods_shutdown_after_a_failure_is_its_consequence() -> None:
         "one of the ranks",
     ]
     assert attribute(*log) == (STOP, "CUDA_OOM", 0)
+
+
+@pytest.mark.parametrize("quote", ["", "> "])
+def test_ipythons_traceback_header_opens_a_traceback_the_log_may_end_inside(quote: str) -> None:
+    log = [
+        "Epoch 0:  12%|#2        | 30/250",
+        "-" * 75,
+        f"{quote}ProcessExitedException                    Traceback (most recent call last)",
+        "<ipython-input-1-e1523c2c83af> in <module>",
+        "---> 36     main()",
+        "~/.local/lib/python3.8/site-packages/torch/multiprocessing/spawn.py in join(self)",
+        "--> 188     while not context.join():",
+    ]
+    assert attribute(*log) == (STOP, "WORKLOAD_EXC", None)
+
+
+def test_ipythons_header_cut_by_the_excerpt_still_opens_a_traceback() -> None:
+    log = [
+        "[04/02 06:29:18 d2.engine.hooks]: Total training time: 0:00:09 (0:00:00 on hooks)",
+        "-" * 75,
+        "ProcessRaisedException                    Traceback (most re",
+    ]
+    assert attribute(*log) == (STOP, "WORKLOAD_EXC", None)
+
+
+def test_ipythons_header_names_what_failed_when_its_class_does() -> None:
+    log = [
+        "OutOfMemoryError                          Traceback (most recent call last)",
+        "Cell In[23], line 1",
+        "----> 1 mod.train(max_epochs=30000)",
+    ]
+    assert attribute(*log)[:2] == (STOP, "CUDA_OOM")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "the usual Python output starts with Traceback (most recent call last) and frames",
+        "see Traceback (most recent call last)",
+        "Printed Traceback (most of it) below",
+    ],
+)
+def test_the_words_traceback_most_recent_call_last_inside_a_sentence_open_nothing(
+    line: str,
+) -> None:
+    assert attribute("step 1", line)[0] == ERRORS_NOT_FOUND
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "F0912 11:59:01.941641  741969 shape_tree.cc:54] Check failed: "
+        "result->children_start_id >= 0 (-1 vs. 0)",
+        "2025-04-23 20:35:34.618070: F external/xla/xla/service/gpu/autotuning/"
+        "gemm_fusion_autotuner.cc:1099] Non-OK-status: executable.status()",
+        "*** Check failure stack trace: ***",
+    ],
+)
+def test_a_fatal_glog_or_absl_check_is_a_native_abort(line: str) -> None:
+    assert attribute("step 10 loss 3.2", line)[:2] == (STOP, "OS_ABORT")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # glog's other levels, and a CHECK in words that no fatal log printed, abort nothing.
+        "W0912 11:59:01.941641  741969 shape_tree.cc:54] Check failed: x (1 vs. 0)",
+        "I0912 11:59:01.941641  741969 gpu_compiler.cc:12] Non-OK-status: retrying",
+        "sanity check failed: the dataset has 3 duplicate ids",
+    ],
+)
+def test_other_log_levels_and_checks_in_words_are_not_an_abort(line: str) -> None:
+    assert attribute("step 10 loss 3.2", line)[1] != "OS_ABORT"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "(WorkerDict pid=804460) LLVM ERROR: Failed to compute parent layout",
+        "LLVM ERROR: Can't find libdevice at neither /opt/triton/libdevice.10.bc nor /tmp/x.bc",
+    ],
+)
+def test_llvms_fatal_error_is_a_native_abort(line: str) -> None:
+    assert attribute("step 3 loss 2.2", line)[:2] == (STOP, "OS_ABORT")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "srun: error: Unable to allocate resources: Unable to contact slurm controller "
+        "(connect failure)",
+        "sbatch: error: Batch job submission failed: Unable to contact slurm controller "
+        "(connect failure)",
+        "sbatch: fatal: Could not establish a configuration source",
+        "ssh: connect to host 192.168.11.1 port 50000: Connection refused",
+    ],
+)
+def test_a_job_that_could_not_reach_slurm_or_its_nodes_is_a_launch_failure(line: str) -> None:
+    assert attribute(line)[:2] == (RESTART, "LAUNCH_FAILED")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "srun: error: Unable to allocate resources: Requested node configuration is not available",
+        "srun: error: Unable to allocate resources: Requested time limit is invalid (missing or "
+        "exceeds some limit)",
+        "sbatch: error: Batch job submission failed: Invalid account or account/partition "
+        "combination specified",
+    ],
+)
+def test_a_request_slurm_refuses_stops_since_it_is_refused_again(line: str) -> None:
+    assert attribute(line)[:2] == (STOP, "JOB_REJECTED")
+
+
+def test_a_controller_blip_in_a_running_job_is_no_failure() -> None:
+    # srun's own retry while the job runs: no allocation or submission failed.
+    log = [
+        "0: iteration 100 loss 3.1",
+        "srun: error: Unable to contact slurm controller (connect failure)",
+        "0: iteration 200 loss 3.0",
+    ]
+    assert attribute(*log)[0] == ERRORS_NOT_FOUND

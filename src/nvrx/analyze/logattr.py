@@ -132,7 +132,7 @@ FaultClass = Literal[
     "LOCK_GIL", "SEGFAULT", "SIGINT", "SIGKILL", "SIGTERM", "SIGSTOP", "CRASH", "HANG",
     # What real jobs print beyond the injected faults (logscan):
     "CUDA_OOM", "HOST_OOM", "DEVICE_ASSERT", "NAN_LOSS", "IO_ERROR", "NCCL_ERROR", "STORE_LOST",
-    "NODE_LOST", "BUS_ERROR", "SHM_FULL", "LAUNCH_FAILED",
+    "NODE_LOST", "BUS_ERROR", "SHM_FULL", "LAUNCH_FAILED", "JOB_REJECTED",
 ]  # fmt: skip
 
 # The category of each class (docs/log-attribution-policy.md): what failed, which decides the
@@ -164,6 +164,7 @@ CATEGORIES: dict[str, Category] = {
     "BUS_ERROR": "software",
     "SHM_FULL": "resource",
     "LAUNCH_FAILED": "infrastructure",
+    "JOB_REJECTED": "software",
 }
 
 # Decision and the reason given in the explanation field, per class
@@ -194,6 +195,7 @@ DECISIONS: dict[str, tuple[str, str]] = {
     "BUS_ERROR": (STOP, "a bus error is a memory fault that repeats until its cause is fixed"),
     "SHM_FULL": (STOP, "the same configuration runs out of shared memory (/dev/shm) again"),
     "LAUNCH_FAILED": (RESTART, "a node could not start the job's tasks; a new allocation recovers"),
+    "JOB_REJECTED": (STOP, "Slurm refused the job's request; the same request is refused again"),
 }
 
 # --- line grammar --------------------------------------------------------------------------------
@@ -773,6 +775,7 @@ _PRIMARY: dict[str, str] = {
     "BUS_ERROR": "Bus error (SIGBUS, signal 7): the process touched memory that is not there",
     "SHM_FULL": "shared memory (/dev/shm) exhausted: a worker died of a bus error",
     "LAUNCH_FAILED": "task launch failed: a node could not start the job's processes",
+    "JOB_REJECTED": "Slurm refused the job's request (resources, limits, account or partition)",
 }
 
 # Text that would change how `evidence.Attribution.parse` reads the fields if quoted from the log.

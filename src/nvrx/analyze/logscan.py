@@ -161,7 +161,22 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             "LAUNCH_FAILED",
             r"\bTask launch for \S+ failed on node\b|\btasks? \d+ launch failed\b"
             r"|slurmstepd: error: execve\(\)|ssh exited with exit code 255"
-            r"|Permission denied \(publickey|not reachable via ssh",
+            r"|Permission denied \(publickey|not reachable via ssh"
+            r"|\bssh: connect to host \S+ port \d+: (?:Connection refused|Connection timed out)"
+            # A Slurm client whose allocation or submission failed for want of a controller:
+            # `srun: error: Unable to allocate resources: Unable to contact slurm controller
+            # (connect failure)`, `sbatch: fatal: Could not establish a configuration source`.
+            r"|\b(?:srun|sbatch|salloc): error: (?:Unable to allocate resources"
+            r"|Batch job submission failed): Unable to contact slurm controller"
+            r"|\b(?:srun|sbatch|salloc): fatal: Could not establish a configuration source",
+        ),
+        # Slurm refused the job's request (resources, limits, a site's submit policy): the same
+        # request is refused again. `srun: error: Unable to allocate resources: Requested node
+        # configuration is not available`, `sbatch: error: Batch job submission failed: ...`.
+        (
+            "JOB_REJECTED",
+            r"\b(?:srun|sbatch|salloc): error: (?:Unable to allocate resources"
+            r"|Batch job submission failed): ",
         ),
         (
             "SIGTERM",
@@ -202,7 +217,15 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             r"\(core dumped\)|\bSIGABRT\b|Fatal Python error: \S|\*\*\* Error in `"
             r"|exitcode\s*:\s*-6\b|return code = -6\b"
             r"|\b(?:malloc|free|realloc|munmap_chunk)\(\): (?:invalid|corrupted|smallbin|unsorted)"
-            r"|double free or corruption",
+            r"|double free or corruption"
+            # glog's and absl's fatal log (a failed CHECK in XLA, torch_xla, TensorFlow) aborts
+            # the process: `F0912 11:59:01.941641 741969 shape_tree.cc:54] Check failed: ...`,
+            # `2025-04-23 20:35:34.618070: F xla/.../autotuner.cc:1099] Non-OK-status: ...`.
+            r"|\*\*\* Check failure stack trace: \*\*\*"
+            # LLVM's fatal error (Triton, Inductor, XLA compiling a kernel) aborts the process.
+            r"|\bLLVM ERROR: "
+            r"|\bF(?:\d{4} \d\d:\d\d:\d\d\.\d+ +\d+)? [\w./-]+:\d+\] "
+            r"(?:Check failed|Non-OK-status)",
         ),
         (
             "STORE_LOST",
@@ -236,6 +259,11 @@ _EXCEPTION = re.compile(
     r"(?:^|[\s\]:>|])((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception))(?::|$)"
 )
 _TB_HEADER = "Traceback (most recent call last):"
+# IPython's (Jupyter's) header: the exception's class, then the header without its colon (or
+# what is left of it where a pasted excerpt cuts it: `ProcessRaisedException  Traceback (most re`).
+_IPYTHON_TB_HEADER = re.compile(
+    r"^[\s>]*(?:[A-Za-z_]\w*\.)*[A-Z]\w* +Traceback \(most(?: r[a-z ]*(?:last\))?)?\s*$"
+)
 # Horovod's own shutdown after an exception somewhere: "This was caused by an exception on one of
 # the ranks", which it does not name. A consequence, and the root only if nothing else failed.
 _HOROVOD_SHUTDOWN = "Horovod has been shut down"
@@ -454,9 +482,14 @@ class Scan:
             self.mpi_first, self.mpi_rank = no, None
         if _HOROVOD_SHUTDOWN in text:
             self._record_last_resort(Failure("WORKLOAD_EXC", None, no, text.strip()))
-        if text.rstrip().endswith(_TB_HEADER):  # a line of its own (behind a prefix), not quoted
+        ipython = _IPYTHON_TB_HEADER.match(text) is not None
+        if ipython or text.rstrip().endswith(_TB_HEADER):
+            # A line of its own (behind a prefix), not quoted. IPython's names the exception's
+            # class, which may say what failed (`OutOfMemoryError  Traceback ...`).
             if self.unended is None:
-                self.unended = Failure("WORKLOAD_EXC", line_rank(line), no, text.strip())
+                named = _failure(no, line) if ipython else None
+                fault = named.fault if named is not None else "WORKLOAD_EXC"
+                self.unended = Failure(fault, line_rank(line), no, text.strip())
             return
         if self.unended is not None and _EXCEPTION.search(text):
             self.unended = None  # the traceback ended (its exception may be a symptom)
@@ -636,6 +669,8 @@ KEYWORDS = (
     "remainder of ranks", "missing ranks", "loss scale already", "minimum loss scale",
     "attempted loss scale", "terminate called",
     "client socket", "horovod has been shut down", "first process to do so",
+    "check fail", "non-ok-status", "llvm error", "ssh: connect to host", "unable to allocate",
+    "batch job submission failed", "configuration source",
 )  # fmt: skip
 
 
