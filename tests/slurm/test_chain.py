@@ -480,10 +480,22 @@ def test_a_drained_node_leaves_at_the_next_rendezvous_and_a_spare_takes_its_task
     )  # fmt: skip
     first, second = (g["job_id"] for g in doc["generations"])
     cycle0 = wait_for(lambda: cycle_info(work, first, 0), what="cycle 0")
-    task1 = wait_for(lambda: running_task(slurm, first, 1), what="task 1 running")
-    assert task1.nodes in expand_hosts(cycle0["active_nodes"])
-    clean = wait_for(lambda: marker(work, first, 1), what="the poller's first pass")
-    assert clean == {"job_id": task1.job_id, "nodes": task1.nodes, "drained": ""}
+    active = expand_hosts(cycle0["active_nodes"])
+
+    def training_peer() -> QueueRow | None:
+        # The task that trains beside task 0 (tasks 1 and 2 race to the rendezvous: either may
+        # be the one in standby).
+        for task in (1, 2):
+            row = running_task(slurm, first, task)
+            if row is not None and row.nodes in active:
+                return row
+        return None
+
+    drained_task = wait_for(training_peer, what="a training task besides task 0")
+    k = drained_task.task_id
+    assert k is not None
+    clean = wait_for(lambda: marker(work, first, k), what="the poller's first pass")
+    assert clean == {"job_id": drained_task.job_id, "nodes": drained_task.nodes, "drained": ""}
 
     def checkpointed() -> int | None:
         try:
@@ -492,24 +504,24 @@ def test_a_drained_node_leaves_at_the_next_rendezvous_and_a_spare_takes_its_task
             return None
 
     wait_for(checkpointed, what="a first checkpoint")
-    drain_node(task1.nodes)
+    drain_node(drained_task.nodes)
     wait_for(
-        lambda: (marker(work, first, 1) or {}).get("drained") == task1.nodes,
-        timeout=60, what="task 1's marker to say drained",
+        lambda: (marker(work, first, k) or {}).get("drained") == drained_task.nodes,
+        timeout=60, what="the task's marker to say drained",
     )  # fmt: skip
-    assert not (work / "nvrx" / first / "drain" / f"admit.{task1.job_id}").exists()
+    assert not (work / "nvrx" / first / "drain" / f"admit.{drained_task.job_id}").exists()
     saved = checkpointed()
     assert saved is not None
 
     cycle1 = wait_for(lambda: cycle_info(work, first, 1), timeout=180, what="cycle 1")
-    assert task1.nodes not in expand_hosts(cycle1["active_nodes"]), cycle1
-    assert task1.nodes not in expand_hosts(cycle1["standby_nodes"]), cycle1
+    assert drained_task.nodes not in expand_hosts(cycle1["active_nodes"]), cycle1
+    assert drained_task.nodes not in expand_hosts(cycle1["standby_nodes"]), cycle1
     wait_for(
-        lambda: not any(r.task_id == 1 and r.state.is_live for r in slurm.queue([first])),
-        what="task 1 to end",
+        lambda: not any(r.task_id == k and r.state.is_live for r in slurm.queue([first])),
+        what="the drained task to end",
     )
     cold = wait_for(lambda: running_task(slurm, first, 3), what="the cold spare to start")
-    assert cold.nodes != task1.nodes
+    assert cold.nodes != drained_task.nodes
     # The generation goes on: task 0 runs, no no-restart verdict, generation 2 still waits.
     assert running_task(slurm, first, 0) is not None
     assert not (work / "nvrx" / first / "control" / "no_restart").exists()
@@ -526,7 +538,7 @@ def test_a_drained_node_leaves_at_the_next_rendezvous_and_a_spare_takes_its_task
     launcher_logs = "".join(
         p.read_text(errors="replace") for p in (work / "nvrx" / first / "logs").glob("nvrx_*")
     )
-    assert f"storage health check failed on {task1.nodes}" in launcher_logs
+    assert f"storage health check failed on {drained_task.nodes}" in launcher_logs
 
 
 def test_a_drain_query_that_times_out_publishes_nothing(

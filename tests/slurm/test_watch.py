@@ -18,7 +18,7 @@ import pytest
 from nvrx.slurm import JobState, Slurm
 
 from .conftest import REPO, local_slurm, wait_for
-from .test_chain import NO_FAULTS, nvrx, submit
+from .test_chain import NO_FAULTS, nvrx, running_task, submit
 
 WORKER = REPO / "examples" / "rehearsal" / "worker.py"
 
@@ -355,12 +355,8 @@ def test_a_drained_node_a_chain_runs_on_shows_in_one_pass_of_watch_and_of_the_fl
         work, "-K", "1", "--train-tasks", "1", "--hot-spares", "1", "--cold-spares", "0", *NO_FAULTS
     )
     (generation,) = [g["job_id"] for g in doc["generations"]]
-
-    def spare() -> Any:
-        rows = [r for r in slurm.queue([generation]) if r.task_id == 1]
-        return rows[0] if rows and rows[0].state is JobState.RUNNING else None
-
-    node = wait_for(spare, what="the hot spare running").nodes
+    spare = wait_for(lambda: running_task(slurm, generation, 1), what="the hot spare running")
+    node = spare.nodes
     prom = work_root / "nvrx.prom"
     subprocess.run(
         ["scontrol", "update", f"nodename={node}", "state=drain", "reason=nvrx test: xid 79"],
