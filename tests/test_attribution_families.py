@@ -676,3 +676,80 @@ def test_a_controller_blip_in_a_running_job_is_no_failure() -> None:
         "0: iteration 200 loss 3.0",
     ]
     assert attribute(*log)[0] == ERRORS_NOT_FOUND
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "slurmstepd: error: Job 34477 exceeded memory limit (169384386560 > 161061273600), "
+        "being killed",
+        "slurmstepd: Job 1171978 exceeded memory limit (18202456 > 16384000), being killed",
+        "slurmstepd: error: Exceeded job memory limit",
+    ],
+)
+def test_slurms_memory_limit_killing_the_job_is_a_host_oom_before_its_cancel(line: str) -> None:
+    cancel = "slurmstepd: *** JOB 1171978 ON cuda-24-0 CANCELLED AT 2018-10-16T13:24:27 ***"
+    assert attribute("epoch 1 step 40", line, cancel)[:2] == (STOP, "HOST_OOM")
+
+
+def test_slurms_end_of_step_memory_note_kills_nothing() -> None:
+    log = [
+        "0: done, saving the model",
+        "slurmstepd: error: Exceeded step memory limit at some point.",
+    ]
+    assert attribute(*log)[0] == ERRORS_NOT_FOUND
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [
+        [
+            "frame #0: std::function<std::string ()>::operator()() const + 0x11 (0x7fa72bfe2441 "
+            "in /envs/mm/lib/python3.6/site-packages/torch/lib/libc10.so)",
+            "frame #3: c10::TensorImpl::release_resources() + 0x50 (0x7fa72bfd2ce0 in "
+            "/envs/mm/lib/python3.6/site-packages/torch/lib/libc10.so)",
+        ],
+        [
+            " 6 0x0000000000034ef3 ompi_comm_create()  /build/ompi/communicator/comm.c:344",
+            " 7 0x000000000006b24a PMPI_Comm_create()  /build/ompi/mpi/c/profile/pcomm_create.c:66",
+        ],
+    ],
+)
+def test_a_native_backtrace_without_its_signal_line_is_a_crash(frames: list[str]) -> None:
+    assert attribute("iteration 10 loss 4.2", *frames) == (STOP, "CRASH", None)
+
+
+def test_a_native_backtrace_after_an_error_is_that_errors() -> None:
+    log = [
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        "Exception raised from c10_cuda_check_implementation at ../c10/cuda/CUDAException.cpp:44",
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x57 (0x7f3 in libc10.so)",
+    ]
+    assert attribute(*log)[:2] == (STOP, "GPU_ERROR")
+
+
+@pytest.mark.parametrize(
+    "store",
+    [
+        "torch.distributed.DistNetworkError: The client socket has timed out after 1800s while "
+        "trying to connect to (127.0.0.1, 26514).",
+        "RuntimeError: Timed out initializing process group in store based barrier on rank: 0, "
+        "for key: store_based_barrier_key:1 (world_size=4, worker_count=16, timeout=0:30:00)",
+    ],
+)
+def test_a_store_never_reached_explains_the_workers_exit_code(store: str) -> None:
+    report = (
+        "E1026 17:31:34.002000 139984755545088 torch/distributed/elastic/multiprocessing/api.py:"
+        "833] failed (exitcode: 1) local_rank: 0 (pid: 167240) of binary: /usr/bin/python"
+    )
+    assert attribute(store, report)[:2] == (RESTART, "STORE_LOST")
+
+
+def test_a_reset_store_before_the_exit_code_is_the_dead_ranks_consequence() -> None:
+    # A peer died (its traceback is not in the log): the store connection reset is what the
+    # others saw of it; the exit code reports the death itself.
+    log = [
+        "[rank0]: RuntimeError: Connection reset by peer",
+        "failed (exitcode: 1) local_rank: 3 (pid: 4242) of binary: /usr/bin/python",
+    ]
+    assert attribute(*log)[:2] == (STOP, "WORKLOAD_EXC")

@@ -124,7 +124,11 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             r"|killed by signal: Killed|Cannot allocate memory"
             r"|memory allocation of \d+ bytes failed"
             # C++'s failed allocation, as `terminate called after throwing ... std::bad_alloc`
-            r"|\bstd::bad_alloc\b",
+            r"|\bstd::bad_alloc\b"
+            # Slurm's memory limit killing the job (`slurmstepd: error: Job 34477 exceeded memory
+            # limit (169384386560 > 161061273600), being killed`); its end-of-step note
+            # `Exceeded step memory limit at some point` kills nothing.
+            r"|\bexceeded memory limit \(\d+ > \d+\), being killed|\bExceeded job memory limit\b",
         ),
         ("NAN_LOSS", _NAN_CHECK + "|" + _NAN_METRIC),
         # Shared memory (/dev/shm) ran out: DataLoader workers and NCCL die of a bus error that
@@ -267,6 +271,11 @@ _IPYTHON_TB_HEADER = re.compile(
 # Horovod's own shutdown after an exception somewhere: "This was caused by an exception on one of
 # the ranks", which it does not name. A consequence, and the root only if nothing else failed.
 _HOROVOD_SHUTDOWN = "Horovod has been shut down"
+# A frame of a native backtrace: c10's (`frame #3: c10::TensorImpl::release_resources() + 0x50
+# (0x7fa7... in .../libc10.so)`) and UCX's (` 6 0x0000000000034ef3 ompi_comm_create()  comm.c:344`).
+_NATIVE_FRAME = re.compile(
+    r"^\s*(?:frame #\d{1,4}: \S|\d{1,4} +0x[0-9a-f]{8,16} +[\w:~<>]+\(\))", re.ASCII
+)
 # Open MPI's summary of a job that failed: `The first process to do so was:`, then `Process name:
 # [[29973,1],0]` (job, vpid: the rank) and `Exit code: 1` on the lines after it. A positive code
 # below 128 is an exception in that rank's code (like torch elastic's `exitcode: 1`).
@@ -274,6 +283,19 @@ _MPI_FIRST = "The first process to do so was:"
 _MPI_PROCESS = re.compile(r"^\s*Process name:\s*\[\[\d{1,9},\d{1,9}\],(\d{1,9})\]")
 _MPI_EXIT = re.compile(r"^\s*Exit code:\s*(\d{1,3})\s*$")
 MPI_SUMMARY_LINES = 4
+# The store out of reach before training (a client that never connected, the store-based barrier
+# at start): it explains a worker's later exit code, unlike a reset store, which a peer's death
+# explains (`Connection reset by peer` comes after a rank died).
+_STORE_UNREACHED = re.compile(
+    r"client socket has timed out after \d+|client socket has failed to connect"
+    r"|Timed out initializing process group in store based barrier",
+    re.IGNORECASE,
+)
+# A worker's exit code as torch elastic or DeepSpeed report it: says that it failed, not why.
+_EXIT_REPORT = re.compile(
+    r"failed \(exitcode: [1-9]\d*\)|^\s*exitcode\s*:\s*[1-9]\d* \(pid"
+    r"|exits with return code = [1-9]"
+)
 # Consequences of another failure: never the root cause.
 _SYMPTOM = re.compile(
     r"DistBackendError|ChildFailedError|terminate called|Exception ignored in"
@@ -427,6 +449,7 @@ class Scan:
     # `what():` named nothing, a cut traceback, Horovod's shutdown): the root only if nothing
     # else failed.
     last_resort: Failure | None = None
+    store_unreached: Failure | None = None  # the earliest store never reached (_STORE_UNREACHED)
     # Open MPI's summary being read: the line that began it, the rank its process name gave.
     mpi_first: int = 0
     mpi_rank: int | None = None
@@ -482,6 +505,11 @@ class Scan:
             self.mpi_first, self.mpi_rank = no, None
         if _HOROVOD_SHUTDOWN in text:
             self._record_last_resort(Failure("WORKLOAD_EXC", None, no, text.strip()))
+        if _NATIVE_FRAME.match(text):
+            # A native backtrace whose signal or error line the log does not hold: a crash, the
+            # root only when nothing else failed (after an exception its frames are that one's).
+            self._record_last_resort(Failure("CRASH", line_rank(line), no, text.strip()))
+            return
         ipython = _IPYTHON_TB_HEADER.match(text) is not None
         if ipython or text.rstrip().endswith(_TB_HEADER):
             # A line of its own (behind a prefix), not quoted. IPython's names the exception's
@@ -587,6 +615,12 @@ class Scan:
             return
         # A held failure is recorded after lines that follow it: each table keeps the earliest.
         _keep_earliest(self.first, f.fault, f)
+        if (
+            f.fault == "STORE_LOST"
+            and _STORE_UNREACHED.search(f.text)
+            and (self.store_unreached is None or f.line < self.store_unreached.line)
+        ):
+            self.store_unreached = f
         self.early = sorted([*self.early, f], key=lambda e: e.line)[:EARLY]
         if f.rank is not None:
             _keep_earliest(self.first_ranked, f.fault, f)
@@ -615,6 +649,14 @@ class Scan:
             ]
             if found:
                 root = min(found, key=lambda f: f.line)
+                store = self.store_unreached
+                if (
+                    root.fault == "WORKLOAD_EXC"
+                    and _EXIT_REPORT.search(root.text)
+                    and store is not None
+                    and store.line < root.line
+                ):
+                    root = store  # the exit code is the store timeout's: it raised, it exited
                 if root.rank is None and (later := self.first_ranked.get(root.fault)):
                     root = replace(root, rank=later.rank)
                 return root
@@ -670,7 +712,8 @@ KEYWORDS = (
     "attempted loss scale", "terminate called",
     "client socket", "horovod has been shut down", "first process to do so",
     "check fail", "non-ok-status", "llvm error", "ssh: connect to host", "unable to allocate",
-    "batch job submission failed", "configuration source",
+    "batch job submission failed", "configuration source", "exceeded memory limit",
+    "exceeded job memory limit", "frame #", " 0x0000",
 )  # fmt: skip
 
 
