@@ -753,3 +753,20 @@ def test_a_reset_store_before_the_exit_code_is_the_dead_ranks_consequence() -> N
         "failed (exitcode: 1) local_rank: 3 (pid: 4242) of binary: /usr/bin/python",
     ]
     assert attribute(*log)[:2] == (STOP, "WORKLOAD_EXC")
+
+
+@pytest.mark.parametrize(
+    ("line", "fault"),
+    [
+        ("tomte401:1850301:1881341 [0] transport.cc:154 NCCL WARN Cuda failure 'invalid argument'",
+         "GPU_ERROR"),
+        ("DESKTOP-1CE5APL:2852:3596 [0] include/alloc.h:112 NCCL WARN Cuda failure 999 'unknown "
+         "error'", "GPU_ERROR"),
+        ("ng30903:3063028:3066152 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'",
+         "CUDA_OOM"),
+    ],
+)  # fmt: skip
+def test_nccls_report_of_a_failed_cuda_call_is_the_cuda_error_it_names(
+    line: str, fault: str
+) -> None:
+    assert attribute("step 7 loss 1.9", line)[:2] == (STOP, fault)

@@ -114,6 +114,9 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             "GPU_ERROR",
             r"\bXid\b|\bECC error|fallen off the bus|illegal memory access"
             r"|unspecified launch failure|illegal instruction|CUDA error|cudaError"
+            # NCCL's report of a failed CUDA call (`NCCL WARN Cuda failure 'invalid argument'`,
+            # `Cuda failure 999 'unknown error'`); its 'out of memory' is a CUDA_OOM, above.
+            r"|\bCuda failure (?:\d+ )?'"
             # ROCm's kernel driver: `Memory access fault by GPU node-4 (Agent handle: ...) on
             # address 0x7f... Reason: Page not present or supervisor privilege.`
             r"|Memory access fault by GPU\b",
