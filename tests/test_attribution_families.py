@@ -770,3 +770,20 @@ def test_nccls_report_of_a_failed_cuda_call_is_the_cuda_error_it_names(
     line: str, fault: str
 ) -> None:
     assert attribute("step 7 loss 1.9", line)[:2] == (STOP, fault)
+
+
+def test_a_nan_in_a_part_of_the_loss_that_stays_is_a_nan_loss() -> None:
+    log = [
+        "02:29:53: train iter: 0 loss_net: 0.9443 loss_scale: 32768.0000 norm: 21.8862",
+        "02:31:56: train iter: 100 loss_net: nan loss_scale: 785.4200 norm: nan",
+        "02:33:59: train iter: 200 loss_net: nan loss_scale: 1.0000 norm: nan",
+    ]
+    assert attribute(*log)[:2] == (STOP, "NAN_LOSS")
+
+
+def test_a_nan_part_of_the_loss_that_comes_back_is_a_skipped_step() -> None:
+    log = [
+        "iter 100 loss_cls: nan loss_bbox: 0.21",
+        *[f"iter {i} loss_cls: 0.53 loss_bbox: 0.20" for i in range(101, 104)],
+    ]
+    assert attribute(*log)[0] == ERRORS_NOT_FOUND

@@ -59,7 +59,10 @@ _NAN_CHECK = (
     r"|loss scale already at minimum|minimum loss scale reached"
     r"|Attempted loss scale: (\S+), reducing to \1(?!\S)"
 )
-_METRIC = r"\b(loss|grad[ _]?norm|rewards?|logps|logits)(?:/\w+)?['\"]?\s*[:=]\s*"
+# A loss's parts count as the loss (`loss_net`, `loss_cls`), its scale does not.
+_METRIC = (
+    r"\b(loss(?:_(?!scale)[a-z]\w*)?|grad[ _]?norm|rewards?|logps|logits)(?:/\w+)?['\"]?\s*[:=]\s*"
+)
 _NAN_METRIC = _METRIC + r"[-+]?(?:nan|inf)\b"
 _NAN_CHECK_RE = re.compile(_NAN_CHECK, re.IGNORECASE | re.ASCII)
 _METRIC_NAN_RE = re.compile(_NAN_METRIC, re.IGNORECASE | re.ASCII)
