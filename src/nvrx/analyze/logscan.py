@@ -503,7 +503,8 @@ class Scan:
             self.displaced, self.listed = self.listed, []
             self.in_root_cause, self.root_cause_found = True, False
             return
-        if self.in_root_cause and not field_line:
+        if self.in_root_cause and not field_line and text.strip():
+            # A blank line inside the report is a paste's doubled line break, not its end.
             self._close_root_cause()
         if self.mpi_first and self._mpi_summary(no, text):
             return
