@@ -787,4 +787,3 @@ def test_a_nan_part_of_the_loss_that_comes_back_is_a_skipped_step() -> None:
         *[f"iter {i} loss_cls: 0.53 loss_bbox: 0.20" for i in range(101, 104)],
     ]
     assert attribute(*log)[0] == ERRORS_NOT_FOUND
-
