@@ -787,3 +787,16 @@ def test_a_nan_part_of_the_loss_that_comes_back_is_a_skipped_step() -> None:
         *[f"iter {i} loss_cls: 0.53 loss_bbox: 0.20" for i in range(101, 104)],
     ]
     assert attribute(*log)[0] == ERRORS_NOT_FOUND
+
+
+def test_a_cut_traceback_whose_header_lost_its_prefix_takes_its_frames_rank() -> None:
+    log = [
+        "Traceback (most recent call last):",
+        '[rank2]:   File "/work/train_sft.py", line 180, in <module>',
+        "[rank2]:     train(args)",
+        '[rank2]:   File "/envs/deepspeed/runtime/config.py", line 961, in _configure',
+        "[rank2]:     self._batch_assertion()",
+    ]
+    assert attribute(*log) == (STOP, "WORKLOAD_EXC", 2)
+    # A header that says its rank keeps it.
+    assert attribute("[rank5]: Traceback (most recent call last):", *log[1:])[2] == 5

@@ -451,6 +451,7 @@ class Scan:
     # A traceback header no exception line has followed yet: a log cut inside the traceback
     # (a paste, a store's excerpt, a process killed mid-print) still shows that code raised.
     unended: Failure | None = None
+    unended_unranked: bool = False  # the unended header said no rank: its next line may
     # The earliest failure that says only that something raised or aborted (a terminate whose
     # `what():` named nothing, a cut traceback, Horovod's shutdown): the root only if nothing
     # else failed.
@@ -475,10 +476,20 @@ class Scan:
     @property
     def watching(self) -> bool:
         """Whether every line is wanted now (a held failure waits to be cured)."""
-        return self.held is not None or self.vehicle is not None or self.mpi_first > 0
+        return (
+            self.held is not None
+            or self.vehicle is not None
+            or self.mpi_first > 0
+            or self.unended_unranked
+        )
 
     def feed(self, no: int, line: str) -> None:
         text = line[:MAX_LINE]
+        if self.unended_unranked and text.strip():
+            # A header whose rank prefix an excerpt cut: its first frame's prefix says it.
+            self.unended_unranked = False
+            if self.unended is not None and (rank := line_rank(line)) is not None:
+                self.unended = replace(self.unended, rank=rank)
         if self.vehicle is not None and no > self.vehicle.line + TERMINATE_LINES:
             self._record(self.vehicle)  # its `what():` named nothing: an abort
             self.vehicle = None
@@ -525,6 +536,7 @@ class Scan:
                 named = _failure(no, line) if ipython else None
                 fault = named.fault if named is not None else "WORKLOAD_EXC"
                 self.unended = Failure(fault, line_rank(line), no, text.strip())
+                self.unended_unranked = self.unended.rank is None
             return
         if self.unended is not None and _EXCEPTION.search(text):
             self.unended = None  # the traceback ended (its exception may be a symptom)
