@@ -800,3 +800,18 @@ def test_a_cut_traceback_whose_header_lost_its_prefix_takes_its_frames_rank() ->
     assert attribute(*log) == (STOP, "WORKLOAD_EXC", 2)
     # A header that says its rank keeps it.
     assert attribute("[rank5]: Traceback (most recent call last):", *log[1:])[2] == 5
+
+
+def test_open_mpi_failing_to_start_its_daemons_is_a_launch_failure() -> None:
+    log = [
+        "ssh: Could not resolve hostname lm-horovod-job-worker-5.lm-horovod-job: Name or "
+        "service not known",
+        "-" * 74,
+        "ORTE was unable to reliably start one or more daemons.",
+        "This usually is caused by:",
+    ]
+    assert attribute(*log)[:2] == (RESTART, "LAUNCH_FAILED")
+    timestamped = (
+        "2020-01-15 23:00:50 UTC master.0 -- ORTE was unable to reliably start one or more daemons."
+    )
+    assert attribute(timestamped)[:2] == (RESTART, "LAUNCH_FAILED")

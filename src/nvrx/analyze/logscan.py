@@ -173,6 +173,8 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             r"|slurmstepd: error: execve\(\)|ssh exited with exit code 255"
             r"|Permission denied \(publickey|not reachable via ssh"
             r"|\bssh: connect to host \S+ port \d+: (?:Connection refused|Connection timed out)"
+            # Open MPI's runtime could not start its daemon on a node (ssh, a name, a library).
+            r"|ORTE was unable to reliably start one or more daemons"
             # A Slurm client whose allocation or submission failed for want of a controller:
             # `srun: error: Unable to allocate resources: Unable to contact slurm controller
             # (connect failure)`, `sbatch: fatal: Could not establish a configuration source`.
@@ -732,7 +734,7 @@ KEYWORDS = (
     "client socket", "horovod has been shut down", "first process to do so",
     "check fail", "non-ok-status", "llvm error", "ssh: connect to host", "unable to allocate",
     "batch job submission failed", "configuration source", "exceeded memory limit",
-    "exceeded job memory limit", "frame #", " 0x0000",
+    "exceeded job memory limit", "frame #", " 0x0000", "orte was unable",
 )  # fmt: skip
 
 
