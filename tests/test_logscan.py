@@ -152,3 +152,16 @@ def test_the_agents_fan_out_of_sigterm_is_a_consequence_not_the_failure() -> Non
         "down workers\n" + log.split("\n")[0] + "\n"
     )
     assert attribute_log(outside).category == "infrastructure"
+
+
+def test_a_nested_label_on_a_line_the_gate_skips_changes_no_answer() -> None:
+    # Found by the generated-logs test: srun's `task 0: Killed`, then a worker's progress line
+    # inside task 52's line, a shape only the full read used to see (task 0 a launcher or not).
+    text = (
+        "60: srun: error: c002: task 0: Killed\n"
+        "[rank5]: 2026-01-01 00:00:00,123 - ERROR - \n"
+        "52:  2:  [2026-11-29 13:14:58] iteration        1/     120 | lm loss: 1.066257E+01 |\n"
+    )
+    gated = attribute_blocks(text_blocks(text), gate=True)
+    assert gated == attribute_blocks(text_blocks(text), gate=False)
+    assert gated.root_rank == 0

@@ -575,7 +575,11 @@ class _Reader:
 
     def _facts(self, line: _Line) -> None:
         facts, body = self.facts, line.text
-        facts.launchers = facts.launchers or line.nested
+        # Said only by a line the keyword gate lets through (a worker's error inside a task's
+        # line): what the log's shape means must not depend on whether every line was read.
+        if line.nested and not facts.launchers:
+            lowered = body.lower()
+            facts.launchers = any(word in lowered for word in KEYWORDS)
         if line.system:
             facts.teardown = facts.teardown or _TEARDOWN.search(body) is not None
             if m := _TASK_RUNNING.match(body):
