@@ -815,3 +815,27 @@ def test_open_mpi_failing_to_start_its_daemons_is_a_launch_failure() -> None:
         "2020-01-15 23:00:50 UTC master.0 -- ORTE was unable to reliably start one or more daemons."
     )
     assert attribute(timestamped)[:2] == (RESTART, "LAUNCH_FAILED")
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "localhost:4",  # mpirun's `-H localhost:4` taken as one host name
+        "export dmlc_role=worker; export dmlc_ps_root_port=9729; expor",  # an empty host field
+    ],
+)
+def test_a_host_name_that_cannot_be_one_is_the_requests_mistake(host: str) -> None:
+    log = [
+        f"ssh: Could not resolve hostname {host}: Name or service not known",
+        "ORTE was unable to reliably start one or more daemons.",
+    ]
+    assert attribute(*log)[:2] == (STOP, "JOB_REJECTED")
+
+
+@pytest.mark.parametrize("host", ["worker-1.tfbench-worker", "node-0", "10.0.0.7"])
+def test_a_real_host_name_that_does_not_resolve_is_a_launch_failure(host: str) -> None:
+    log = [
+        f"ssh: Could not resolve hostname {host}: Temporary failure in name resolution",
+        "ORTE was unable to reliably start one or more daemons.",
+    ]
+    assert attribute(*log)[:2] == (RESTART, "LAUNCH_FAILED")

@@ -195,7 +195,7 @@ DECISIONS: dict[str, tuple[str, str]] = {
     "BUS_ERROR": (STOP, "a bus error is a memory fault that repeats until its cause is fixed"),
     "SHM_FULL": (STOP, "the same configuration runs out of shared memory (/dev/shm) again"),
     "LAUNCH_FAILED": (RESTART, "a node could not start the job's tasks; a new allocation recovers"),
-    "JOB_REJECTED": (STOP, "Slurm refused the job's request; the same request is refused again"),
+    "JOB_REJECTED": (STOP, "the job's request is wrong as given; the same request fails again"),
 }
 
 # --- line grammar --------------------------------------------------------------------------------
@@ -779,7 +779,8 @@ _PRIMARY: dict[str, str] = {
     "BUS_ERROR": "Bus error (SIGBUS, signal 7): the process touched memory that is not there",
     "SHM_FULL": "shared memory (/dev/shm) exhausted: a worker died of a bus error",
     "LAUNCH_FAILED": "task launch failed: a node could not start the job's processes",
-    "JOB_REJECTED": "Slurm refused the job's request (resources, limits, account or partition)",
+    "JOB_REJECTED": "the job's request is wrong as given: Slurm refused it (resources, limits, "
+    "account or partition) or the launcher was given a host name that cannot be one",
 }
 
 # Text that would change how `evidence.Attribution.parse` reads the fields if quoted from the log.

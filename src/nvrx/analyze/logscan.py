@@ -182,13 +182,17 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             r"|Batch job submission failed): Unable to contact slurm controller"
             r"|\b(?:srun|sbatch|salloc): fatal: Could not establish a configuration source",
         ),
-        # Slurm refused the job's request (resources, limits, a site's submit policy): the same
-        # request is refused again. `srun: error: Unable to allocate resources: Requested node
-        # configuration is not available`, `sbatch: error: Batch job submission failed: ...`.
+        # The job's request is wrong as given, so the same request fails again: Slurm refused it
+        # (resources, limits, a site's submit policy: `srun: error: Unable to allocate resources:
+        # Requested node configuration is not available`, `sbatch: error: Batch job submission
+        # failed: ...`), or a launcher was handed a host name that cannot be one (a `host:slots`
+        # pair taken whole, a host field that swallowed a command: `ssh: Could not resolve
+        # hostname localhost:4`, `... hostname export ROLE=worker; ...`).
         (
             "JOB_REJECTED",
             r"\b(?:srun|sbatch|salloc): error: (?:Unable to allocate resources"
-            r"|Batch job submission failed): ",
+            r"|Batch job submission failed): "
+            r"|\bssh: Could not resolve hostname [^\s:;=]*(?::\d|[\s;=])",
         ),
         (
             "SIGTERM",
@@ -734,7 +738,7 @@ KEYWORDS = (
     "client socket", "horovod has been shut down", "first process to do so",
     "check fail", "non-ok-status", "llvm error", "ssh: connect to host", "unable to allocate",
     "batch job submission failed", "configuration source", "exceeded memory limit",
-    "exceeded job memory limit", "frame #", " 0x0000", "orte was unable",
+    "exceeded job memory limit", "frame #", " 0x0000", "orte was unable", "resolve hostname",
 )  # fmt: skip
 
 
