@@ -90,7 +90,7 @@ FAULT_CLASSES: dict[str, frozenset[str | None]] = {
     "fallen_off_bus": frozenset({"GPU_ERROR"}),
     "xid": frozenset({"GPU_ERROR"}),
     "cuda_error": frozenset({"GPU_ERROR"}),
-    "node_failure": frozenset({"NODE_LOST", "LAUNCH_FAILED"}),
+    "node_failure": frozenset({"NODE_LOST", "LAUNCH_FAILED", "SLURM_UNREACHABLE"}),
     "store_lost": frozenset({"STORE_LOST"}),
     "sigterm": frozenset({"SIGTERM", "SIGINT", "SIGNAL_EXC"}),
     "nccl_error": frozenset({"NCCL_ERROR"}),

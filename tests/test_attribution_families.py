@@ -639,19 +639,60 @@ def test_llvms_fatal_error_is_a_native_abort(line: str) -> None:
     assert attribute("step 3 loss 2.2", line)[:2] == (STOP, "OS_ABORT")
 
 
+def test_a_job_that_could_not_reach_its_nodes_is_a_launch_failure() -> None:
+    line = "ssh: connect to host 192.168.11.1 port 50000: Connection refused"
+    assert attribute(line)[:2] == (RESTART, "LAUNCH_FAILED")
+
+
 @pytest.mark.parametrize(
-    "line",
+    "lines",
     [
-        "srun: error: Unable to allocate resources: Unable to contact slurm controller "
-        "(connect failure)",
-        "sbatch: error: Batch job submission failed: Unable to contact slurm controller "
-        "(connect failure)",
-        "sbatch: fatal: Could not establish a configuration source",
-        "ssh: connect to host 192.168.11.1 port 50000: Connection refused",
+        # a client's request that failed for want of the controller
+        [
+            "srun: error: Unable to allocate resources: Unable to contact slurm controller "
+            "(connect failure)"
+        ],
+        [
+            "sbatch: error: Batch job submission failed: Unable to contact slurm controller "
+            "(connect failure)"
+        ],
+        [
+            "srun: error: Unable to confirm allocation for job 60564: Unable to contact slurm "
+            "controller (connect failure)"
+        ],
+        ["srun: error: Unable to allocate resources: Socket timed out on send/recv operation"],
+        [
+            "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation",
+            "Submitted batch job 3310344",
+        ],
+        ["sbatch: fatal: Could not establish a configuration source"],
+        # a query that failed the same way
+        [
+            "squeue: error: slurm_receive_msg: Socket timed out on send/recv operation, ",
+            "slurm_load_jobs error: Socket timed out on send/recv operation",
+        ],
+        ["slurm_load_partitions: Unable to contact slurm controller (connect failure)"],
+        ["slurm_load_partitions: Zero Bytes were transmitted or received"],
+        # munge: the request could not be authenticated
+        [
+            'sbatch: error: Munge encode failed: Failed to access "/run/munge/munge.socket.2": No '
+            "such file or directory",
+            "sbatch: error: Batch job submission failed: Protocol authentication error",
+        ],
+        ["[2015-10-09T08:50:15.259] error: Munge decode failed: Invalid credential"],
+        [
+            "[2023-05-11T06:46:55.688] error: slurm_unpack_received_msg: "
+            "MESSAGE_NODE_REGISTRATION_STATUS has authentication error: Invalid authentication "
+            "credential"
+        ],
+        # a daemon that cannot find its controller
+        ["slurmstepd: error: Unable to establish control machine address"],
     ],
 )
-def test_a_job_that_could_not_reach_slurm_or_its_nodes_is_a_launch_failure(line: str) -> None:
-    assert attribute(line)[:2] == (RESTART, "LAUNCH_FAILED")
+def test_slurm_out_of_reach_restarts_once_it_answers(lines: list[str]) -> None:
+    # Not the request's mistake (a refused request stops, below): the same request succeeds
+    # once the controller and munge answer again.
+    assert attribute(*lines)[:2] == (RESTART, "SLURM_UNREACHABLE")
 
 
 @pytest.mark.parametrize(

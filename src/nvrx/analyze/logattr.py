@@ -133,6 +133,7 @@ FaultClass = Literal[
     # What real jobs print beyond the injected faults (logscan):
     "CUDA_OOM", "HOST_OOM", "DEVICE_ASSERT", "NAN_LOSS", "IO_ERROR", "NCCL_ERROR", "STORE_LOST",
     "NODE_LOST", "BUS_ERROR", "SHM_FULL", "LAUNCH_FAILED", "JOB_REJECTED",
+    "SLURM_UNREACHABLE",
 ]  # fmt: skip
 
 # The category of each class (docs/log-attribution-policy.md): what failed, which decides the
@@ -165,6 +166,7 @@ CATEGORIES: dict[str, Category] = {
     "SHM_FULL": "resource",
     "LAUNCH_FAILED": "infrastructure",
     "JOB_REJECTED": "software",
+    "SLURM_UNREACHABLE": "infrastructure",
 }
 
 # Decision and the reason given in the explanation field, per class
@@ -196,6 +198,7 @@ DECISIONS: dict[str, tuple[str, str]] = {
     "SHM_FULL": (STOP, "the same configuration runs out of shared memory (/dev/shm) again"),
     "LAUNCH_FAILED": (RESTART, "a node could not start the job's tasks; a new allocation recovers"),
     "JOB_REJECTED": (STOP, "the job's request is wrong as given; the same request fails again"),
+    "SLURM_UNREACHABLE": (RESTART, "Slurm did not answer; the same request succeeds once it does"),
 }
 
 # --- line grammar --------------------------------------------------------------------------------
@@ -781,6 +784,8 @@ _PRIMARY: dict[str, str] = {
     "LAUNCH_FAILED": "task launch failed: a node could not start the job's processes",
     "JOB_REJECTED": "the job's request is wrong as given: Slurm refused it (resources, limits, "
     "account or partition) or the launcher was given a host name that cannot be one",
+    "SLURM_UNREACHABLE": "Slurm did not answer: its controller was out of reach or its messages "
+    "failed authentication (munge)",
 }
 
 # Text that would change how `evidence.Attribution.parse` reads the fields if quoted from the log.

@@ -174,12 +174,26 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             r"|Permission denied \(publickey|not reachable via ssh"
             r"|\bssh: connect to host \S+ port \d+: (?:Connection refused|Connection timed out)"
             # Open MPI's runtime could not start its daemon on a node (ssh, a name, a library).
-            r"|ORTE was unable to reliably start one or more daemons"
-            # A Slurm client whose allocation or submission failed for want of a controller:
-            # `srun: error: Unable to allocate resources: Unable to contact slurm controller
-            # (connect failure)`, `sbatch: fatal: Could not establish a configuration source`.
-            r"|\b(?:srun|sbatch|salloc): error: (?:Unable to allocate resources"
-            r"|Batch job submission failed): Unable to contact slurm controller"
+            r"|ORTE was unable to reliably start one or more daemons",
+        ),
+        # Slurm itself out of reach: a client's request (an allocation, a submission, a query)
+        # failed because the controller did not answer or the messages could not be
+        # authenticated (munge), or a daemon cannot find its controller. `srun: error: Unable to
+        # allocate resources: Socket timed out on send/recv operation`, `sbatch: error: Batch job
+        # submission failed: Protocol authentication error`, `slurm_load_jobs error: Unable to
+        # contact slurm controller (connect failure)`, `error: Munge decode failed: Invalid
+        # credential`, `slurmd: error: Unable to establish control machine address`. srun's bare
+        # retry while its job runs (`srun: error: Unable to contact slurm controller`) names no
+        # request that failed, and is no failure.
+        (
+            "SLURM_UNREACHABLE",
+            r"\b(?:srun|sbatch|salloc): error: [A-Z][^:\n]{0,80}: (?:Unable to contact slurm "
+            r"controller|Socket timed out on send/recv|Zero Bytes were transmitted or received"
+            r"|Protocol authentication error|Socket communication error)"
+            r"|\bslurm_load_\w+(?::| error:) (?:Unable to contact slurm controller"
+            r"|Socket timed out on send/recv|Zero Bytes were transmitted or received)"
+            r"|\bMunge (?:encode|decode) failed|\bhas authentication error"
+            r"|\bUnable to establish control machine address"
             r"|\b(?:srun|sbatch|salloc): fatal: Could not establish a configuration source",
         ),
         # The job's request is wrong as given, so the same request fails again: Slurm refused it
@@ -739,6 +753,7 @@ KEYWORDS = (
     "check fail", "non-ok-status", "llvm error", "ssh: connect to host", "unable to allocate",
     "batch job submission failed", "configuration source", "exceeded memory limit",
     "exceeded job memory limit", "frame #", " 0x0000", "orte was unable", "resolve hostname",
+    "slurm_load_",
 )  # fmt: skip
 
 
