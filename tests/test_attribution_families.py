@@ -880,3 +880,133 @@ def test_a_real_host_name_that_does_not_resolve_is_a_launch_failure(host: str) -
         "ORTE was unable to reliably start one or more daemons.",
     ]
     assert attribute(*log)[:2] == (RESTART, "LAUNCH_FAILED")
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "[../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
+        "[../third_party/gloo/gloo/transport/tcp/pair.h:301] Connect timeout [none]",
+    ],
+)
+def test_gloos_mesh_not_built_is_a_network_error_on_its_rank(reason: str) -> None:
+    # Whatever Gloo's transport says (`no error` when a peer's address was unreachable).
+    log = [
+        '[rank2]:   File "/usr/lib/python3/torch/distributed/distributed_c10d.py", line 1509',
+        f"[rank2]: RuntimeError: Gloo connectFullMesh failed with {reason}",
+    ]
+    assert attribute(*log) == (RESTART, "NCCL_ERROR", 2)
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [
+            "[W socket.cpp:464] [c10d] The server socket has failed to bind to 0.0.0.0:29500 "
+            "(errno: 98 - Address already in use).",
+            "[E socket.cpp:500] [c10d] The server socket has failed to listen on any local "
+            "network address.",
+        ],
+        [
+            "torch.distributed.DistNetworkError: The server socket has failed to listen on any "
+            "local network address. The server socket has failed to bind to [::]:29500 (errno: "
+            "98 - Address already in use)."
+        ],
+    ],
+)
+def test_a_store_that_cannot_listen_on_its_port_is_the_store_lost(lines: list[str]) -> None:
+    assert attribute(*lines)[:2] == (RESTART, "STORE_LOST")
+
+
+def test_nccl_socket_error_quoted_as_an_exceptions_last_error_is_a_network_error() -> None:
+    log = [
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1275, internal "
+        "error, NCCL version 2.14.3",
+        "ncclInternalError: Internal check failed.",
+        "Last error:",
+        "Net : Call to recv from 10.58.226.18<38309> failed : Connection refused",
+    ]
+    assert attribute(*log)[:2] == (RESTART, "NCCL_ERROR")
+
+
+def test_a_retried_nccl_connect_is_no_failure() -> None:
+    log = [
+        "n13:941227:943077 [0] NCCL INFO Call to connect returned Connection refused, retrying",
+        "step 10 loss 2.3",
+    ]
+    assert attribute(*log)[0] == ERRORS_NOT_FOUND
+
+
+@pytest.mark.parametrize("signal", ["SIGUSR1", "SIGUSR2", "SIGHUP"])
+def test_submitits_preemption_notice_is_a_termination_from_outside(signal: str) -> None:
+    log = [
+        "epoch 3 step 1200 loss 1.9",
+        f"submitit WARNING (2021-04-01 02:26:27,643) - Caught signal {signal} on learnfair4096: "
+        "this job is preempted.",
+        "submitit WARNING (2021-04-01 02:26:27,650) - Requeued job 3936 (1 remaining timeouts)",
+    ]
+    assert attribute(*log)[:2] == (RESTART, "SIGTERM")
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        ["^CTraceback (most recent call last):", "KeyboardInterrupt", "^CProcess Process-3:2:"],
+        [
+            "Traceback (most recent call last):",
+            '  File "train.py", line 9, in <module>',
+            "    loss.backward()",
+            "KeyboardInterrupt",
+        ],
+    ],
+)
+def test_the_users_interrupt_is_sigint_not_a_code_bug(lines: list[str]) -> None:
+    assert attribute("step 10 loss 2.3", *lines)[:2] == (RESTART, "SIGINT")
+
+
+def test_a_bare_killed_behind_a_ranks_tag_is_that_ranks_sigkill() -> None:
+    log = [
+        "[0]<stderr>:Killed",
+        "[1]<stderr>:terminate called after throwing an instance of 'gloo::IoException'",
+        "[1]<stderr>:  what():  [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:589] Read "
+        "error [127.0.0.1]:3977: Connection reset by peer",
+        "[1]<stderr>:Aborted (core dumped)",
+    ]
+    assert attribute(*log) == (STOP, "SIGKILL", 0)
+
+
+@pytest.mark.parametrize(
+    "teardown",
+    [
+        ["slurmstepd: error: *** STEP 12.0 ON n1 CANCELLED AT 2024-01-01T00:00:00 ***"],
+        [
+            "slurmstepd: error: *** JOB 12 ON n1 CANCELLED AT 2024-01-01T00:00:00 DUE TO TIME LIMIT ***"
+        ],
+        ["^CProcess Process-3:2:", "KeyboardInterrupt"],
+    ],
+)
+def test_a_signal_that_tears_down_a_job_after_an_exception_is_its_consequence(
+    teardown: list[str],
+) -> None:
+    log = [
+        "Traceback (most recent call last):",
+        '  File "train.py", line 3, in <module>',
+        "    main()",
+        "ValueError: shapes (3,) and (4,) not aligned",
+        *teardown,
+    ]
+    result = attribute_log("\n".join(log) + "\n")
+    assert (result.decision, result.fault_class) == (STOP, "WORKLOAD_EXC")
+    assert "what failed after it (line" in result.explanation
+
+
+def test_weaker_evidence_before_the_root_is_not_said_to_come_after_it() -> None:
+    log = [
+        "[E socket.cpp:500] The client socket has timed out after 60s while trying to connect to "
+        "(n1, 29500)",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    ]
+    result = attribute_log("\n".join(log) + "\n")
+    assert result.fault_class == "CUDA_OOM"
+    assert "weaker evidence before it (line 1)" in result.explanation
+    assert "after it" not in result.explanation

@@ -992,8 +992,13 @@ def _first_failure(facts: _Facts, root: Failure, scan: Scan) -> LogAttribution:
     )
     lines = [root, *after]
     evidence = tuple(Evidence(f.line, f.rank, _defuse(f.text)) for f in lines)
-    after_lines = logscan.lines_text([f.line for f in after])
-    aside = [f"what failed after it ({after_lines})"] if after else []
+    # The other failures kept: those after the root, and weaker evidence before it (a store
+    # lost, an exception a teardown signal followed) that the root outranks.
+    later = [f.line for f in after if f.line > root.line]
+    earlier = [f.line for f in after if f.line < root.line]
+    aside = [f"what failed after it ({logscan.lines_text(later)})"] if later else []
+    if earlier:
+        aside.append(f"weaker evidence before it ({logscan.lines_text(earlier)})")
     return LogAttribution(
         decision=decision,
         fault_class=fault,

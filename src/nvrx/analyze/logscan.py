@@ -161,7 +161,8 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             "SIGKILL",
             r"Signal 9 \(SIGKILL\)|exitcode\s*:\s*-9\b|return code = -9\b|: Killed$"
             r"|exited on signal 9\b|: line \d+: +\d+ Killed\b"
-            r"|^\s*Killed\s*$|\bSIGKILL\b",
+            # the shell's bare `Killed`, behind a rank's tag too (`[0]<stderr>:Killed`)
+            r"|(?:^|:)\s*Killed\s*$|\bSIGKILL\b",
         ),
         # Slurm lost a node of the job: its ranks vanish without a word of their own.
         ("NODE_LOST", r"\bNode failure on\b|DUE TO NODE FAILURE|\bNODE_FAIL\b"),
@@ -212,8 +213,14 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             "SIGTERM",
             r"\bSIGTERM\b|Received \d+ death signal|exitcode\s*:\s*-15\b"
             r"|CANCELLED AT \S+ DUE TO (?:TIME LIMIT|PREEMPTION)"
-            r"|\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT",
+            r"|\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT"
+            # submitit's handler for the scheduler's warning signal (SIGUSR1/2, SIGHUP):
+            # `Caught signal SIGUSR1 on learnfair4096: this job is preempted.`
+            r"|: this job is preempted\b",
         ),
+        # The user's interrupt: Python's KeyboardInterrupt (as logattr reads a traceback ending
+        # in it), and the terminal's echo of Ctrl-C at the start of a line (`^CTraceback ...`).
+        ("SIGINT", r"\bKeyboardInterrupt\b|^\^C"),
         (
             "IO_ERROR",
             r"Input/output error|Stale file handle|Disk quota exceeded|No space left on device"
@@ -230,11 +237,18 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             r"|[^\n]*\bbootstrap\w*\b[^\n]*(?:failed|error)"
             r"|[^\n]*Connection (?:refused|reset|closed|timed out)|[^\n]*connection abort)"
             r"|\bIBV_WC_|ibv_\w+ failed|NCCL error.*(?:unhandled system error|remote error)"
+            # NCCL's socket layer, also where an exception quotes it as its `Last error:`
+            # (`Net : Call to recv from 10.0.0.2<38309> failed : Connection refused`)
+            r"|\bCall to (?:recv|send|connect)\b[^\n]{0,120}? failed ?: "
+            r"(?:Connection|Broken pipe|No route|Network is unreachable)"
             # Gloo's TCP transport losing or not reaching a peer (`[.../gloo/transport/tcp/
             # pair.cc:598] Connection closed by peer [10.0.0.2]:4343`, `pair.h:301] Connect
             # timeout`); its send/recv timeouts are hangs, below.
             r"|\bpair\.(?:cc|h):\d+\][^\n]*?(?:Connection (?:closed|refused|reset)|Connect timeout"
-            r"|Read error|Write error)",
+            r"|Read error|Write error)"
+            # Gloo's full mesh not built, whatever its transport says (`... pair.cc:144] no
+            # error` when the peer's address was wrong or unreachable)
+            r"|\bGloo connectFullMesh failed",
         ),
         # glibc's heap checks abort the process: `*** Error in `python': malloc(): smallbin
         # double linked list corrupted`, `munmap_chunk(): invalid pointer`, `double free or
@@ -266,7 +280,10 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             r"|http_store\.cc:\d+\] HTTP \w+ request failed"
             # c10d's client giving up on the store (not its `[W` line for each attempt)
             r"|client socket has timed out after \d+"
-            r"|client socket has failed to connect to any network address",
+            r"|client socket has failed to connect to any network address"
+            # the store's server could not listen: its port is taken (`The server socket has
+            # failed to bind to 0.0.0.0:29500 (errno: 98 - Address already in use)`)
+            r"|server socket has failed to (?:listen on any local network address|bind to)",
         ),
         # torch's watchdog: `Watchdog caught collective operation timeout`, its heartbeat monitor
         # (`watchdog got stuck for 480 seconds`), and a flight-recorder dump another rank asked
@@ -327,6 +344,8 @@ _SYMPTOM = re.compile(
     r"DistBackendError|ChildFailedError|terminate called|Exception ignored in"
     r"|DistNetworkError|NCCL communicator was aborted|SignalException|" + _HOROVOD_SHUTDOWN,
 )
+# Signals from outside that also tear a failed job down: after an exception, its consequence.
+_TEARDOWN = frozenset({"SIGTERM", "SIGINT"})
 # The weakest evidence first: a lost store and a timeout are what peers of a dead rank see.
 _WEAK = ("STORE_LOST", "HANG")
 # What names a failure for what it is (an exception line says only that something raised).
@@ -688,6 +707,11 @@ class Scan:
             ]
             if found:
                 root = min(found, key=lambda f: f.line)
+                exc = self.first.get("WORKLOAD_EXC")
+                if root.fault in _TEARDOWN and exc is not None and exc.line < root.line:
+                    # A job torn down after an exception (Slurm's CANCELLED, the user's Ctrl-C
+                    # on what was left hanging): the exception ended it, the signal followed.
+                    root = exc
                 store = self.store_unreached
                 if (
                     root.fault == "WORKLOAD_EXC"
@@ -753,7 +777,8 @@ KEYWORDS = (
     "check fail", "non-ok-status", "llvm error", "ssh: connect to host", "unable to allocate",
     "batch job submission failed", "configuration source", "exceeded memory limit",
     "exceeded job memory limit", "frame #", " 0x0000", "orte was unable", "resolve hostname",
-    "slurm_load_",
+    "slurm_load_", "connectfullmesh", "server socket", "preempted", "keyboardinterrupt", "^c",
+    "call to",
 )  # fmt: skip
 
 
