@@ -1010,3 +1010,103 @@ def test_weaker_evidence_before_the_root_is_not_said_to_come_after_it() -> None:
     assert result.fault_class == "CUDA_OOM"
     assert "weaker evidence before it (line 1)" in result.explanation
     assert "after it" not in result.explanation
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "srun: error: Unable to create step for job 17627941: Requested node configuration is not "
+        "available",
+        "srun: error: Unable to create step for job 16413634: Invalid generic resource (gres) "
+        "specification",
+        "salloc: error: Job submit/allocate failed: Job violates accounting/QOS policy (job submit "
+        "limit, user's size and/or time limits)",
+    ],
+)
+def test_slurms_refusal_is_the_requests_mistake_whatever_the_request(line: str) -> None:
+    assert attribute(line)[:2] == (STOP, "JOB_REJECTED")
+
+
+def test_a_step_that_cannot_be_created_for_want_of_free_memory_is_no_refusal() -> None:
+    line = (
+        "srun: error: Unable to create step for job 29986033: Memory required by task is not "
+        "available"
+    )
+    assert attribute(line)[1] != "JOB_REJECTED"
+
+
+def test_open_mpis_report_of_an_abort_is_an_abort() -> None:
+    log = [
+        "python: malloc.c:3722: _int_malloc: Assertion `(unsigned long) (size) >= (unsigned long) "
+        "(nb)' failed.",
+        "[node00:13555] *** Process received signal ***",
+        "[node00:13555] Signal: Aborted (6)",
+        "[node00:13555] Signal code:  (-6)",
+    ]
+    assert attribute(*log)[:2] == (STOP, "OS_ABORT")
+
+
+def test_a_step_cancelled_due_to_a_task_failure_is_that_failures_consequence() -> None:
+    cancel = (
+        "slurmstepd: error: *** STEP 52222788.0 ON nid002888 CANCELLED AT 2026-04-29T23:36:37 "
+        "DUE TO TASK FAILURE ***"
+    )
+    # Alone: a task failed, by an exit code the log does not hold; not a signal from outside.
+    assert attribute("step 10 loss 2.3", cancel)[:2] == (STOP, "WORKLOAD_EXC")
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert attribute(oom, cancel)[:2] == (STOP, "CUDA_OOM")
+
+
+@pytest.mark.parametrize(
+    "kind", ["internal error - please report this issue to the NCCL developers", "unhandled "
+             "system error (run with NCCL_DEBUG=INFO for details)"],
+)  # fmt: skip
+def test_an_nccl_error_raised_with_nothing_before_it_is_a_network_error(kind: str) -> None:
+    log = [
+        "step 10 loss 2.3",
+        "[rank1]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/"
+        f"c10d/NCCLUtils.hpp:317, {kind}, NCCL version 2.21.5",
+        "[rank1]: ncclInternalError: Internal check failed.",
+        "[rank1]: Last error:",
+    ]
+    assert attribute(*log) == (RESTART, "NCCL_ERROR", 1)
+
+
+def test_what_nccls_last_error_names_is_the_failure() -> None:
+    log = [
+        "[rank2]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:2028, "
+        "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5",
+        "[rank2]: ncclSystemError: System call (e.g. socket, malloc) or external library call "
+        "failed or device error. ",
+        "[rank2]: Last error:",
+        "[rank2]: Error while creating shared memory segment /dev/shm/nccl-c8G2vd (size 5767520)",
+    ]
+    assert attribute(*log) == (STOP, "SHM_FULL", 2)
+    fallocate = (
+        "gpu2-ru7:2143:2561 [1] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No "
+        "space left on device"
+    )
+    assert attribute(fallocate)[:2] == (STOP, "SHM_FULL")
+
+
+@pytest.mark.parametrize(
+    ("line", "fault"),
+    [
+        ("RuntimeError: cuda runtime error (101) : invalid device ordinal at /opt/conda/conda-bld"
+         "/pytorch_1595629427478/work/torch/csrc/cuda/Module.cpp:59", "GPU_ERROR"),
+        ("RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/generic/"
+         "THCStorage.cu:58", "CUDA_OOM"),
+    ],
+)  # fmt: skip
+def test_older_torchs_cuda_runtime_error_is_a_cuda_error(line: str, fault: str) -> None:
+    assert attribute(line)[1] == fault
+
+
+def test_tasks_srun_terminated_after_a_task_failure_are_slurms_teardown() -> None:
+    log = [
+        "[2026-04-29T23:36:37.809] error: *** STEP 52222788.0 ON nid002888 CANCELLED AT "
+        "2026-04-29T23:36:37 DUE TO TASK FAILURE ***",
+        "srun: error: nid002888: tasks 0-57,59-63: Terminated",
+        "srun: Force Terminated StepId=52222788.0",
+    ]
+    assert attribute(*log)[:2] == (STOP, "WORKLOAD_EXC")

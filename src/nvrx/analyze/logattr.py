@@ -926,6 +926,10 @@ def _attribute(reader: _Reader, unfed_text: bool) -> LogAttribution:
             ERRORS_NOT_FOUND, checkpoint_saved=facts.checkpoint_saved, rules=("no errors",)
         )
     fault, why, lines = _classify(facts, root)
+    if fault == "SIGTERM" and scan.task_failed and (first := scan.root()) is not None:
+        # srun's `Terminated` tasks are Slurm's teardown after a task failed (`CANCELLED ... DUE
+        # TO TASK FAILURE`): the failure is the one the log states, else that task's exit.
+        return _first_failure(facts, first, scan)
     # CRASH is the rules' catch-all: the root's own lines may say what it was. Else a failure
     # that the log states before the exit explains it: an exit code is a consequence, never a
     # cause of its own (srun's `task 0: Exited with exit code 1` after the OOM that caused it, or

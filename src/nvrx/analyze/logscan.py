@@ -101,7 +101,8 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         (
             "CUDA_OOM",
             r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"
-            r"|CUBLAS_STATUS_ALLOC_FAILED|Cuda failure (?:\d+ )?'out of memory'",
+            r"|CUBLAS_STATUS_ALLOC_FAILED|Cuda failure (?:\d+ )?'out of memory'"
+            r"|cuda runtime error \(2\) : out of memory",
         ),
         ("DEVICE_ASSERT", r"device-side assert|\.cu:\d+: .*Assertion .* failed"),
         # A launch mistake NCCL reports: a code or configuration bug, not the network.
@@ -117,6 +118,9 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             "GPU_ERROR",
             r"\bXid\b|\bECC error|fallen off the bus|illegal memory access"
             r"|unspecified launch failure|illegal instruction|CUDA error|cudaError"
+            # older torch's wording of the same (`cuda runtime error (101) : invalid device
+            # ordinal`, `cuda runtime error (39) : uncorrectable ECC error encountered`)
+            r"|cuda runtime error \(\d+\)"
             # NCCL's report of a failed CUDA call (`NCCL WARN Cuda failure 'invalid argument'`,
             # `Cuda failure 999 'unknown error'`); its 'out of memory' is a CUDA_OOM, above.
             r"|\bCuda failure (?:\d+ )?'"
@@ -142,7 +146,11 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         (
             "SHM_FULL",
             r"insufficient shared memory \(shm\)|killed by signal: Bus error"
-            r"|No space left on device[^\n]*/dev/shm|/dev/shm[^\n]*No space left on device",
+            r"|No space left on device[^\n]*/dev/shm|/dev/shm[^\n]*No space left on device"
+            # NCCL's segments in /dev/shm (`Error while creating shared memory segment
+            # /dev/shm/nccl-c8G2vd (size 5767520)`, `shm.h:28 NCCL WARN Call to posix_fallocate
+            # failed : No space left on device`)
+            r"|\bError while creating shared memory segment\b|\bCall to posix_fallocate failed\b",
         ),
         # A fatal signal as UCX and the CUDA runtime report it (`[host:pid :0:tid] Caught signal
         # 7 (Bus error: nonexistent physical address)`), as Python's faulthandler and torch
@@ -207,13 +215,21 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             "JOB_REJECTED",
             r"\b(?:srun|sbatch|salloc): error: (?:Unable to allocate resources"
             r"|Batch job submission failed): "
+            # Slurm's refusals are the same words whatever the request (an allocation, a
+            # submission, a job step: `srun: error: Unable to create step for job 65: Requested
+            # node configuration is not available`, `salloc: error: Job submit/allocate failed:
+            # Job violates accounting/QOS policy ...`).
+            r"|\b(?:srun|sbatch|salloc): error: [A-Z][^:\n]{0,80}: (?:Requested node configuration"
+            r" is not available|Requested time limit is invalid|Invalid [\w ()/-]{1,60} "
+            r"specification|Job violates accounting/QOS policy|Memory specification can not be "
+            r"satisfied)"
             r"|\bssh: Could not resolve hostname [^\s:;=]*(?::\d|[\s;=])",
         ),
         (
             "SIGTERM",
             r"\bSIGTERM\b|Received \d+ death signal|exitcode\s*:\s*-15\b"
             r"|CANCELLED AT \S+ DUE TO (?:TIME LIMIT|PREEMPTION)"
-            r"|\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT"
+            r"|\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT(?![^\n]*DUE TO TASK FAILURE)"
             # submitit's handler for the scheduler's warning signal (SIGUSR1/2, SIGHUP):
             # `Caught signal SIGUSR1 on learnfair4096: this job is preempted.`
             r"|: this job is preempted\b",
@@ -236,7 +252,13 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             r"|[^\n]*\bSocket \w+ failed"
             r"|[^\n]*\bbootstrap\w*\b[^\n]*(?:failed|error)"
             r"|[^\n]*Connection (?:refused|reset|closed|timed out)|[^\n]*connection abort)"
-            r"|\bIBV_WC_|ibv_\w+ failed|NCCL error.*(?:unhandled system error|remote error)"
+            r"|\bIBV_WC_|ibv_\w+ failed"
+            # NCCL's own error raised as an exception: with nothing before it, the network or
+            # the fabric's setup (`NCCL error in: ProcessGroupNCCL.cpp:3376, internal error`,
+            # `ncclSystemError: System call (e.g. socket, malloc) ... failed`); what its `Last
+            # error:` line names comes first where the log holds it (shared memory, an OOM).
+            r"|NCCL error.*(?:unhandled system error|remote error|internal error)"
+            r"|^\W*(?:\[rank\d+\]: )?nccl(?:Internal|System)Error: "
             # NCCL's socket layer, also where an exception quotes it as its `Last error:`
             # (`Net : Call to recv from 10.0.0.2<38309> failed : Connection refused`)
             r"|\bCall to (?:recv|send|connect)\b[^\n]{0,120}? failed ?: "
@@ -262,6 +284,9 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             r"|exitcode\s*:\s*-6\b|return code = -6\b"
             r"|\b(?:malloc|free|realloc|munmap_chunk)\(\): (?:invalid|corrupted|smallbin|unsorted)"
             r"|double free or corruption"
+            # Open MPI's report of the signal a process died of (`[node00:13555] Signal: Aborted
+            # (6)`; its `Signal: Segmentation fault (11)` is a SEGFAULT, above)
+            r"|\bSignal: Aborted \(6\)"
             # glog's and absl's fatal log (a failed CHECK in XLA, torch_xla, TensorFlow) aborts
             # the process: `F0912 11:59:01.941641 741969 shape_tree.cc:54] Check failed: ...`,
             # `2025-04-23 20:35:34.618070: F xla/.../autotuner.cc:1099] Non-OK-status: ...`.
@@ -311,6 +336,11 @@ _TB_HEADER = "Traceback (most recent call last):"
 _IPYTHON_TB_HEADER = re.compile(
     r"^[\s>]*(?:[A-Za-z_]\w*\.)*[A-Z]\w* +Traceback \(most(?: r[a-z ]*(?:last\))?)?\s*$"
 )
+# Slurm's teardown of a step after one of its tasks failed (srun's --kill-on-bad-exit):
+# `*** STEP 52222788.0 ON nid002888 CANCELLED AT 2026-04-29T23:36:37 DUE TO TASK FAILURE ***`. A
+# consequence of that failure, not a signal from outside; alone, a task failed by an exit code
+# the log does not hold (an exception, as torch elastic's `exitcode: 1`).
+_TASK_FAILURE = "DUE TO TASK FAILURE"
 # Horovod's own shutdown after an exception somewhere: "This was caused by an exception on one of
 # the ranks", which it does not name. A consequence, and the root only if nothing else failed.
 _HOROVOD_SHUTDOWN = "Horovod has been shut down"
@@ -429,6 +459,11 @@ def line_rank(line: str) -> int | None:
 _FAN_OUT = re.compile(r"Sending process \d+ closing signal SIG[A-Z]+")
 
 
+# NCCL's error as torch raises it (`DistBackendError: NCCL error in: ..., internal error`, its
+# `ncclSystemError: ...` line): what failed is often on the `Last error:` lines after it.
+_NCCL_RAISED = re.compile(r"NCCL error in: |\bnccl(?:Internal|System)Error: ")
+RAISED_LINES = 4
+
 # C++'s `terminate called after throwing an instance of 'c10::CUDAError'`: the runtime aborts the
 # process (SIGABRT) over an exception whose type says little and whose `what():` line, next, says
 # what failed (`CUDA error: device-side assert triggered`). The line's failure (the abort, or what
@@ -487,6 +522,14 @@ class Scan:
     held_until: int = 0
     # A C++ terminate waiting for its `what():` line (TERMINATE_LINES).
     vehicle: Failure | None = None
+    # NCCL's error raised as an exception, waiting for its `Last error:` to name what failed
+    # (RAISED_LINES after its last line: `DistBackendError: NCCL error in: ...`, then
+    # `ncclSystemError: ...`, `Last error:`, `Error while creating shared memory segment ...`).
+    raised: Failure | None = None
+    raised_until: int = 0
+    # Slurm said it tore the step down because a task failed (`... DUE TO TASK FAILURE`): the
+    # tasks it reports `Terminated` then are that teardown, not a signal from outside.
+    task_failed: bool = False
     # A traceback header no exception line has followed yet: a log cut inside the traceback
     # (a paste, a store's excerpt, a process killed mid-print) still shows that code raised.
     unended: Failure | None = None
@@ -518,6 +561,7 @@ class Scan:
         return (
             self.held is not None
             or self.vehicle is not None
+            or self.raised is not None
             or self.mpi_first > 0
             or self.unended_unranked
         )
@@ -532,6 +576,9 @@ class Scan:
         if self.vehicle is not None and no > self.vehicle.line + TERMINATE_LINES:
             self._record(self.vehicle)  # its `what():` named nothing: an abort
             self.vehicle = None
+        if self.raised is not None and no > self.raised_until:
+            self._record(self.raised)  # its last error named nothing else: the NCCL error it is
+            self.raised = None
         if self.held is not None:
             cured = _finite(text, self.held_metric) if self.held_metric else _PROGRESS.search(text)
             if cured:
@@ -560,8 +607,9 @@ class Scan:
             return
         if _MPI_FIRST in text:
             self.mpi_first, self.mpi_rank = no, None
-        if _HOROVOD_SHUTDOWN in text:
+        if _HOROVOD_SHUTDOWN in text or _TASK_FAILURE in text:
             self._record_last_resort(Failure("WORKLOAD_EXC", None, no, text.strip()))
+            self.task_failed = self.task_failed or _TASK_FAILURE in text
         if _NATIVE_FRAME.match(text):
             # A native backtrace whose signal or error line the log does not hold: a crash, the
             # root only when nothing else failed (after an exception its frames are that one's).
@@ -585,6 +633,18 @@ class Scan:
         self.unended = None
         if f.rank is None and self.context is not None:
             f = replace(f, rank=self.context)
+        if f.fault == "NCCL_ERROR" and not field_line and _NCCL_RAISED.search(text):
+            if self.raised is None:
+                self.raised = f
+            self.raised_until = no + RAISED_LINES  # the same error's next line extends it
+            return
+        if self.raised is not None:
+            raised, self.raised = self.raised, None
+            if f.fault in STRONG_FAULTS and f.rank in (None, raised.rank):
+                # What its last error names failed (shared memory, an OOM, the network itself).
+                f = replace(f, rank=raised.rank)
+            else:
+                self._record(raised)
         if f.vehicle:
             if self.vehicle is not None:
                 self._record(self.vehicle)
@@ -638,6 +698,9 @@ class Scan:
             self._record(f)
         if self.vehicle is not None:
             f, self.vehicle = self.vehicle, None
+            self._record(f)
+        if self.raised is not None:
+            f, self.raised = self.raised, None
             self._record(f)
         if self.unended is not None:
             f, self.unended = self.unended, None
@@ -778,7 +841,7 @@ KEYWORDS = (
     "batch job submission failed", "configuration source", "exceeded memory limit",
     "exceeded job memory limit", "frame #", " 0x0000", "orte was unable", "resolve hostname",
     "slurm_load_", "connectfullmesh", "server socket", "preempted", "keyboardinterrupt", "^c",
-    "call to",
+    "call to", "shared memory segment",
 )  # fmt: skip
 
 
