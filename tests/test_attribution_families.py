@@ -145,6 +145,56 @@ def test_a_report_cut_inside_its_root_cause_keeps_the_failures_it_listed() -> No
     assert attribute(cut)[:2] == (STOP, "SIGKILL")
 
 
+def two_reports(first: tuple[str, int], second: tuple[str, int]) -> str:
+    """Two nodes' agents each print their report, the later-failing node's first."""
+
+    def report(time: str, rank: int) -> str:
+        return (
+            REPORT.replace("2024-05-19_16:39:58", time)
+            .replace("rank      : 4 (local_rank: 0)", f"rank      : {rank} (local_rank: 0)")
+            .replace("rank      : 5 (local_rank: 1)", f"rank      : {rank + 1} (local_rank: 1)")
+        )
+
+    return report(*first) + "\n" + report(*second) + "\n"
+
+
+def test_of_two_reports_the_root_cause_that_failed_first_in_time_is_the_root() -> None:
+    log = two_reports(("2024-05-19_16:40:31", 0), ("2024-05-19_16:39:58", 4))
+    assert attribute_log(log).root_rank == 4
+    in_order = two_reports(("2024-05-19_16:39:58", 0), ("2024-05-19_16:40:31", 4))
+    assert attribute_log(in_order).root_rank == 0
+
+
+@pytest.mark.parametrize(
+    ("later", "earlier"),
+    [
+        # two nodes' logs concatenated: node b's lines come after node a's, but failed first
+        ("[2024-03-02 10:15:07,311] [rank3]: RuntimeError: CUDA error: an illegal memory access "
+         "was encountered",
+         "[2024-03-02 10:14:59,020] [rank9]: RuntimeError: CUDA error: an illegal memory access "
+         "was encountered"),
+        ("[rank3]:[E302 10:15:07.311000 ProcessGroupNCCL.cpp:616] [Rank 3] NCCL WARN NET/IB : "
+         "Got completion with error 12",
+         "[rank9]:[E302 10:14:59.020000 ProcessGroupNCCL.cpp:616] [Rank 9] NCCL WARN NET/IB : "
+         "Got completion with error 12"),
+    ],
+)  # fmt: skip
+def test_the_first_failure_in_time_is_the_root_where_the_lines_say_when(
+    later: str, earlier: str
+) -> None:
+    assert attribute("step 10 loss 2.3", later, earlier)[2] == 9
+
+
+def test_times_in_different_forms_do_not_compare_and_log_order_decides() -> None:
+    log = [
+        "[2024-03-02 10:15:07,311] [rank3]: RuntimeError: CUDA error: an illegal memory access "
+        "was encountered",
+        "[rank9]:[E302 10:14:59.020000 ProcessGroupNCCL.cpp:616] CUDA error: an illegal memory "
+        "access was encountered",
+    ]
+    assert attribute(*log)[2] == 3
+
+
 @pytest.mark.parametrize(
     "line",
     [

@@ -91,6 +91,7 @@ _PROGRESS = re.compile(
 # (first observed failure):` names the one that failed first, one entry each (`[0]:`, `time :`,
 # `host :`, `rank : 3 (local_rank: 3)`, `exitcode : -9 (pid: ...)`, `error_file :`, `traceback :`).
 _ROOT_CAUSE = "Root Cause (first observed failure)"
+_REPORT_TIME = re.compile(r"^\s*time\s*:\s*\d")
 _REPORT_FIELD = re.compile(r"^\s*(?:\[\d+\]:|(?:time|host|rank|exitcode|error_file|traceback)\s*:)")
 
 # (fault class, pattern), most specific first; the first that matches a line names its failure.
@@ -415,6 +416,48 @@ class Failure:
     text: str
     named: bool = False  # a hang's rank that its peers name missing (not the rank reporting it)
     vehicle: bool = False  # a C++ terminate, replaced by the failure its `what():` line names
+    when: Stamp | None = None  # the time its line (or its report entry) gives, if any
+
+    def before(self, other: Failure) -> bool:
+        """Whether this failure came first: by the times both lines give in the same form (the
+        logs of several nodes or ranks concatenated, or interleaved by buffering, are not in
+        time order), else by place in the log."""
+        if self.when is not None and other.when is not None and self.when[0] == other.when[0]:
+            return (self.when[1], self.line) < (other.when[1], other.line)
+        return self.line < other.line
+
+
+def earliest(failures: list[Failure]) -> Failure:
+    """The first of several failures: by time when every one gives it in the same form, else
+    by place in the log (times in mixed forms, or some missing, do not compare)."""
+    kinds = {f.when[0] if f.when is not None else None for f in failures}
+    if len(kinds) == 1 and None not in kinds:
+        return min(failures, key=lambda f: (f.when[1] if f.when else "", f.line))
+    return min(failures, key=lambda f: f.line)
+
+
+# A time at the start of a line (behind a rank prefix or a bracket), in the forms training logs
+# use; its form is kept beside it, since only times in one form compare. ISO dates (`2024-01-01
+# 12:00:05,123`, `[2024-01-01T12:00:05.123Z]`, torch elastic's `2024-01-11_13:45:17`) and glog's
+# and c10d's `E0421 02:05:38.764490` (month and day, no year; c10d drops the month's zero:
+# `[E421 02:05:38.764490322 ProcessGroupGloo.cpp:143]`).
+Stamp = tuple[str, str]
+_ISO_TIME = re.compile(
+    r"(?<![\d.])(\d{4}-\d\d-\d\d)[ T_](\d\d:\d\d:\d\d)(?:[.,](\d{1,9}))?(?![\d:])", re.ASCII
+)
+_GLOG_TIME = re.compile(r"(?<![\w])[EWIF](\d{1,2})(\d\d) (\d\d:\d\d:\d\d)\.(\d{1,9})\b", re.ASCII)
+STAMP_SPAN = 80  # a time further into the line is a message's, not the line's
+
+
+def line_time(text: str) -> Stamp | None:
+    """The time at the start of a line, as (form, sortable key), or None."""
+    head = text[:STAMP_SPAN]
+    if (m := _ISO_TIME.search(head)) is not None:
+        return "iso", f"{m.group(1)} {m.group(2)}.{(m.group(3) or '').ljust(9, '0')}"
+    if (m := _GLOG_TIME.search(head)) is not None:
+        month, day, clock, fraction = m.groups()
+        return "glog", f"{month.zfill(2)}{day} {clock}.{fraction.ljust(9, '0')}"
+    return None
 
 
 def lines_text(lines: list[int], count: int | None = None) -> str:
@@ -428,7 +471,7 @@ def lines_text(lines: list[int], count: int | None = None) -> str:
 
 
 def _keep_earliest(table: dict[K, Failure], key: K, f: Failure) -> None:
-    if key not in table or f.line < table[key].line:
+    if key not in table or f.before(table[key]):
         table[key] = f
 
 
@@ -547,6 +590,7 @@ class Scan:
     in_root_cause: bool = False
     displaced: list[Failure] = field(default_factory=list)  # listed before the root cause
     root_cause_found: bool = False  # the root cause entry held a failure
+    entry_when: Stamp | None = None  # the root cause entry's `time :` field
     # Consequences set aside, for the explanation: the agent's SIGTERM fan-out and the other
     # failures a report lists before its root cause (the first few lines of each, and counts).
     fanout_lines: list[int] = field(default_factory=list)
@@ -564,6 +608,7 @@ class Scan:
             or self.raised is not None
             or self.mpi_first > 0
             or self.unended_unranked
+            or self.in_root_cause  # its `time :` field holds no keyword
         )
 
     def feed(self, no: int, line: str) -> None:
@@ -599,7 +644,11 @@ class Scan:
             self._close_root_cause()
             self.displaced, self.listed = self.listed, []
             self.in_root_cause, self.root_cause_found = True, False
+            self.entry_when = None
             return
+        if self.in_root_cause and _REPORT_TIME.match(text):
+            # When it failed: with two reports (two nodes' agents), the earlier time is the root.
+            self.entry_when = line_time(text)
         if self.in_root_cause and not field_line and text.strip():
             # A blank line inside the report is a paste's doubled line break, not its end.
             self._close_root_cause()
@@ -630,6 +679,8 @@ class Scan:
         f = _failure(no, line)
         if f is None:
             return
+        when = self.entry_when if self.in_root_cause and self.entry_when else line_time(text)
+        f = replace(f, when=when)
         self.unended = None
         if f.rank is None and self.context is not None:
             f = replace(f, rank=self.context)
@@ -769,9 +820,9 @@ class Scan:
                 and not (fault == "OS_ABORT" and hang and hang.line < self.first[fault].line)
             ]
             if found:
-                root = min(found, key=lambda f: f.line)
+                root = earliest(found)
                 exc = self.first.get("WORKLOAD_EXC")
-                if root.fault in _TEARDOWN and exc is not None and exc.line < root.line:
+                if root.fault in _TEARDOWN and exc is not None and exc.before(root):
                     # A job torn down after an exception (Slurm's CANCELLED, the user's Ctrl-C
                     # on what was left hanging): the exception ended it, the signal followed.
                     root = exc
