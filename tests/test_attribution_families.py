@@ -1160,3 +1160,41 @@ def test_tasks_srun_terminated_after_a_task_failure_are_slurms_teardown() -> Non
         "srun: Force Terminated StepId=52222788.0",
     ]
     assert attribute(*log)[:2] == (STOP, "WORKLOAD_EXC")
+
+
+RAY_WORKER_DIED = (
+    "(raylet) A worker died or was killed while executing a task by an unexpected system error. "
+    "To troubleshoot the problem, check the logs for the dead worker. Worker exit type: "
+    "SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error code 2. "
+    "End of file. There are some potential root causes. (1) The process is killed by SIGKILL by "
+    "OOM killer due to high memory usage. (2) ray stop --force is called. (3) The worker is "
+    "crashed unexpectedly due to SIGSEGV or other unexpected errors."
+)
+
+
+def test_rays_guesses_at_why_a_worker_died_are_not_evidence_of_a_segfault() -> None:
+    # Alone: killed, Ray's first guess; never the SIGSEGV its list mentions.
+    assert attribute(RAY_WORKER_DIED, "(TorchTrainer pid=89392) Worker 0 has failed.")[:2] == (
+        STOP,
+        "SIGKILL",
+    )
+    # What the log says after it is the failure.
+    nccl = (
+        "(RayWorkerWrapper pid=92234) [rank1]:[E1224 13:23:05.483840160 ProcessGroupNCCL.cpp:542] "
+        "[Rank 12] Collective WorkNCCL(SeqNum=1, OpType=BROADCAST) raised the following async "
+        "exception: NCCL error: remote process exited or there was a network error"
+    )
+    assert attribute(RAY_WORKER_DIED, nccl)[:2] == (RESTART, "NCCL_ERROR")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "F0308 17:17:08.399897 46342 SocketChannel.cpp:54] Check failed: len >= 0  "
+        "peer=10.89.199.23: Connection reset by peer [104]",
+        "LightNetwork.cpp:397] Check failed: error >= 0 ERROR connecting to 10.87.101.33: "
+        "Connection refused [111]",
+    ],
+)
+def test_a_failed_check_over_a_peers_connection_is_a_network_error(line: str) -> None:
+    assert attribute(line)[:2] == (RESTART, "NCCL_ERROR")

@@ -267,6 +267,10 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             # Gloo's TCP transport losing or not reaching a peer (`[.../gloo/transport/tcp/
             # pair.cc:598] Connection closed by peer [10.0.0.2]:4343`, `pair.h:301] Connect
             # timeout`); its send/recv timeouts are hangs, below.
+            # a failed CHECK (glog) over a connection to a peer: the network, not a code bug
+            # (`SocketChannel.cpp:54] Check failed: len >= 0  peer=10.89.199.23: Connection reset by
+            # peer [104]`, `LightNetwork.cpp:397] Check failed: ... Connection refused [111]`)
+            r"|:\d+\] Check failed: [^\n]*\bConnection (?:refused|reset|closed)"
             r"|\bpair\.(?:cc|h):\d+\][^\n]*?(?:Connection (?:closed|refused|reset)|Connect timeout"
             r"|Read error|Write error)"
             # Gloo's full mesh not built, whatever its transport says (`... pair.cc:144] no
@@ -342,6 +346,10 @@ _IPYTHON_TB_HEADER = re.compile(
 # consequence of that failure, not a signal from outside; alone, a task failed by an exit code
 # the log does not hold (an exception, as torch elastic's `exitcode: 1`).
 _TASK_FAILURE = "DUE TO TASK FAILURE"
+# Ray's notice that a worker process died (`(raylet) A worker died or was killed while executing
+# a task by an unexpected system error. ... There are some potential root causes. (1) The process
+# is killed by SIGKILL by OOM killer ... (3) ... SIGSEGV ...`).
+_RAY_WORKER_DIED = "A worker died or was killed while executing a task"
 # Horovod's own shutdown after an exception somewhere: "This was caused by an exception on one of
 # the ranks", which it does not name. A consequence, and the root only if nothing else failed.
 _HOROVOD_SHUTDOWN = "Horovod has been shut down"
@@ -656,6 +664,11 @@ class Scan:
             return
         if _MPI_FIRST in text:
             self.mpi_first, self.mpi_rank = no, None
+        if _RAY_WORKER_DIED in text:
+            # Ray's notice lists what might have killed the worker (the OOM killer, `ray stop`,
+            # a SIGSEGV): guesses, not evidence. Alone, the first of them: killed (SIGKILL).
+            self._record_last_resort(Failure("SIGKILL", None, no, text.strip()))
+            return
         if _HOROVOD_SHUTDOWN in text or _TASK_FAILURE in text:
             self._record_last_resort(Failure("WORKLOAD_EXC", None, no, text.strip()))
             self.task_failed = self.task_failed or _TASK_FAILURE in text
