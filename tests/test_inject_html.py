@@ -15,7 +15,8 @@ from pathlib import Path
 from nvrx.campaign.pool import Experiment, FaultType
 from nvrx.campaign.session import Record
 from nvrx.inject import html
-from nvrx.inject.report import REPORT_HTML, Change, Row, write_html, write_reports
+from nvrx.inject.report import REPORT_HTML, write_html, write_reports
+from nvrx.inject.rows import Change, Row
 from nvrx.score.model import Case, GroundTruth, Verdict
 
 from .conftest import SCORE_DEMO

@@ -7,18 +7,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nvrx.campaign.errors import JournalError, PoolError, SessionError
 from nvrx.campaign.pool import (
     DEFAULT_POOL,
     NAMED_POOLS,
     Experiment,
     FaultType,
-    PoolError,
     build_pool,
     parse_entry,
     pool_entries,
     split_pool,
 )
-from nvrx.campaign.session import Journal, JournalError, SessionError, replay
+from nvrx.campaign.session import Journal, replay
 from nvrx.inject.window import Window
 from nvrx.inject.workloads import WorkloadError, find_workload, load_registry
 

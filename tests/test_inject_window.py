@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nvrx.campaign.session import JournalError, Session
+from nvrx.campaign.errors import JournalError
+from nvrx.campaign.session import Session
 from nvrx.config import load_config
 from nvrx.config.model import InjectSettings
 from nvrx.inject.plan import campaign_window

@@ -13,18 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from nvrx.campaign.errors import PoolError
 from nvrx.display import some_of
 from nvrx.files import InputError, lexically_under, read_bounded, within_root
-
-
-class CampaignError(ValueError):
-    """Something a campaign needs cannot be used: one line naming it. Its kinds say what failed:
-    a pool (PoolError), a session or its journal (SessionError, JournalError), a workload
-    (WorkloadError), an analyser's setup (AnalyserSetupError)."""
-
-
-class PoolError(CampaignError):
-    """A pool entry or pool source is invalid."""
 
 
 class FaultType(enum.StrEnum):

@@ -27,7 +27,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from nvrx.campaign.pool import CampaignError, Experiment, FaultType, PoolError
+from nvrx.campaign.errors import FORCE_HINT, JournalError, PoolError, SessionError
+from nvrx.campaign.pool import Experiment, FaultType
 from nvrx.files import InputError, open_append, read_bounded
 
 TSV_NAME = "experiments.tsv"
@@ -39,16 +40,6 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class SessionError(CampaignError):
-    """A session directory that cannot be created or opened, or whose journal lacks what a
-    command needs."""
-
-
-class JournalError(SessionError):
-    """A journal (or tracking file) line that cannot be read: named by file and line."""
-
-
-FORCE_HINT = " (report --force and inject-loop --reanalyze --force skip such lines)"
 # How far back from the end a write cut short by a crash is looked for: one record's worth.
 _TORN_SEARCH = 1 << 20
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from nvrx.campaign.pool import CampaignError
+from nvrx.campaign.errors import CampaignError
 from nvrx.campaign.session import Record, Session
 from nvrx.config import NvrxConfig, known_secrets, redact_text, redact_urls, secret_env_values
 from nvrx.files import (

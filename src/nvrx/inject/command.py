@@ -49,7 +49,7 @@ def inject_loop(
 ) -> int:
     """Run (or resume, re-run, re-analyse, list) a campaign. Returns the exit code: 0 done, 1 a
     failure, 3 an experiment unscored after re-analysis, 130 interrupted."""
-    from nvrx.campaign.pool import CampaignError
+    from nvrx.campaign.errors import CampaignError
     from nvrx.campaign.session import Session, SessionState
     from nvrx.inject.analysis import Analyst, Analyzers, Judge
     from nvrx.inject.output import (
@@ -67,8 +67,8 @@ def inject_loop(
         rerun_plan,
         start_session,
     )
-    from nvrx.inject.report import failing_entries
-    from nvrx.inject.report import rows as report_rows
+    from nvrx.inject.rows import failing_entries
+    from nvrx.inject.rows import rows as report_rows
     from nvrx.inject.run import Campaign
     from nvrx.score.model import ScoreError
     from nvrx.score.run import campaign_judge
@@ -258,7 +258,7 @@ def next_iteration(
 ) -> int:
     """`--next SESSION`: the next iteration's pool on stdout (for `--pool "$(...)"`), why on
     stderr."""
-    from nvrx.campaign.pool import CampaignError
+    from nvrx.campaign.errors import CampaignError
     from nvrx.inject.sweep import next_iteration as sweep_next
 
     dimensions = load_for_command(config, env_file, sets).config.inject.stop_dimensions
@@ -305,7 +305,7 @@ def reanalyze_session(
         analyst.close()
     rows, stop = finish_report(session.dir, as_json, force, dimensions)
     if as_json:
-        from nvrx.inject import report
+        from nvrx.inject import rows as report
 
     if code == 0 and unscored:
         stderr().print(f"nvrx: {unscored} experiment(s) unscored after re-analysis")
@@ -320,7 +320,7 @@ def finish_report(
 ) -> tuple[list[Any], tuple[bool, str]]:
     """Rebuild the session's report from its journal, say where it is; its rows and stop
     condition."""
-    from nvrx.campaign.pool import CampaignError
+    from nvrx.campaign.errors import CampaignError
     from nvrx.inject.report import write_reports
 
     try:

@@ -7,32 +7,28 @@ links). Everything from outside (log lines, judge notes, file names) is HTML-esc
 experiment's evidence is cut (`EXCERPT_CHARS`, `TABLE_CHARS`) so that a 1,000-experiment page
 stays a few megabytes.
 
-`page` is a pure function of the rows and the evidence; `evidence` reads an experiment's files
-(bounded reads).
+Pure: `page` is a function of the rows and the evidence, which `inject.report` reads from each
+experiment's files (bounded reads) and `evidence_of` cuts.
 """
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from nvrx.config import STOP_DIMENSIONS
-from nvrx.files import InputError, read_tail, within_root
 from nvrx.htmlpage import document, escape
-from nvrx.inject.report import Change, Row, passes_all, rank_position
+from nvrx.inject.rows import Change, Row, passes_all, rank_position
 from nvrx.score.evidence import judge_excerpt
 from nvrx.score.html import CSS as VERDICT_CSS
 from nvrx.score.html import LEGEND, SHORT, verdict_cell
-from nvrx.score.load import ANALYSIS_DIR, FR_ANALYSIS, LOG_ATTRIBUTION, STRIPPED_LOG
 from nvrx.score.model import DIMENSIONS
 
 EXCERPT_CHARS = 1200
 TABLE_CHARS = 900
 NOTES_CHARS = 600
-_READ_CAP = 1 << 20  # read of one evidence file, from its end: the excerpt is its tail
 
 
 @dataclass(frozen=True)
@@ -52,34 +48,14 @@ def _cut(text: str, limit: int, *, keep: str = "tail") -> str:
     return "…" + text[-(limit - 1) :] if keep == "tail" else text[: limit - 1] + "…"
 
 
-def _read(path: Path, session_dir: Path) -> str:
-    """The file's tail (a log of any size ends where it failed); "" when there is none. A file
-    that cannot be shown (it leads out of the session, it cannot be read) says why instead: the
-    page never copies another file in, and never hides that something is missing."""
-    if not path.is_file():
-        return ""
-    try:
-        return read_tail(
-            within_root(path, session_dir, "analysis file"), "analysis file", _READ_CAP
-        )
-    except InputError as exc:
-        return f"(not shown: {exc})"
-
-
-def evidence(row: Row, session_dir: Path) -> Evidence:
-    """The experiment's analysis files, cut for the page; a missing file is an empty part."""
-    directory = Path(row.record.dir)
-    analysis = directory / ANALYSIS_DIR
-    files = []
-    for path in (analysis / STRIPPED_LOG, analysis / LOG_ATTRIBUTION, analysis / FR_ANALYSIS):
-        if path.is_file():
-            files.append(os.path.relpath(path, session_dir))
+def evidence_of(log: str, attribution: str, fr_table: str, files: tuple[str, ...]) -> Evidence:
+    """An experiment's analysis files (their texts, "" where missing) cut for the page."""
     return Evidence(
-        excerpt=_cut(judge_excerpt(_read(analysis / STRIPPED_LOG, session_dir)), EXCERPT_CHARS),
+        excerpt=_cut(judge_excerpt(log), EXCERPT_CHARS),
         # The analysers' answers lead with their decision: keep their heads.
-        attribution=_cut(_read(analysis / LOG_ATTRIBUTION, session_dir), TABLE_CHARS, keep="head"),
-        fr_table=_cut(_read(analysis / FR_ANALYSIS, session_dir), TABLE_CHARS, keep="head"),
-        files=tuple(files),
+        attribution=_cut(attribution, TABLE_CHARS, keep="head"),
+        fr_table=_cut(fr_table, TABLE_CHARS, keep="head"),
+        files=files,
     )
 
 

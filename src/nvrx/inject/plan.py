@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nvrx.campaign.errors import SessionError
 from nvrx.campaign.pool import Pool, at_iterations, build_pool, pool_entries
-from nvrx.campaign.session import Record, Session, SessionError, SessionState
+from nvrx.campaign.session import Record, Session, SessionState
 from nvrx.config import LoadedConfig
 from nvrx.inject.run import SITE_VARIABLES, CampaignSpec, experiment_options, record_session
 from nvrx.inject.window import Window, WindowMode

@@ -1,283 +1,60 @@
-"""A campaign's report, rebuilt from its journal at any time (rows are never lost on resume):
-upstream's markdown table, JSON, JUnit, an aggregate matrix, the failure patterns that match,
-the diff between two sessions, and the stop condition. Pure functions of session states, plus
-`write_reports` (the files; the page is rendered by `inject.html`).
-
-One module because every report is built from the same rows and the same stop condition: each
-file says the same thing, and none can drift from the others.
+"""A campaign's report files, rebuilt from its journal at any time (rows are never lost on
+resume): upstream's markdown table, JSON, JUnit and the page, with the stop condition against the
+previous session. Reads sessions and writes the files; what they say is `inject.rows` (pure) and
+the page is rendered by `inject.html` (pure).
 """
 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+import os
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from pydantic import ValidationError
-
-from nvrx.campaign.pool import CampaignError
-from nvrx.campaign.session import FORCE_HINT, JournalError, Record, Session, SessionState
+from nvrx.campaign.errors import CampaignError
+from nvrx.campaign.session import Session
 from nvrx.config import STOP_DIMENSIONS
+from nvrx.files import InputError, read_tail, within_root, write_atomic
+from nvrx.inject.html import Evidence, evidence_of, page
+from nvrx.inject.rows import Row, diff, markdown, report_json, rows, stop_condition
 from nvrx.score import report as score_report
-from nvrx.score.load import changed_since_judged
-from nvrx.score.model import DIMENSIONS, PASS_VALUE, Case, GroundTruth, Verdict
+from nvrx.score.load import (
+    ANALYSIS_DIR,
+    FR_ANALYSIS,
+    LOG_ATTRIBUTION,
+    STRIPPED_LOG,
+    changed_since_judged,
+)
 
 REPORT_MD = "experiments_report.md"
 REPORT_JSON = "report.json"
 REPORT_JUNIT = "report.junit.xml"
 REPORT_HTML = "report.html"
-TITLE = "# Fault Injection Experiment Report"
-
-# What a pattern of verdicts usually means (the upstream skill's table), and which rows show it.
-CRASH_TYPES = frozenset({"SEGFAULT", "OS_ABORT", "SIGKILL", "GPU_ERROR"})
+_READ_CAP = 1 << 20  # read of one evidence file, from its end: the page shows its tail
 
 
-@dataclass(frozen=True)
-class Pattern:
-    name: str
-    meaning: str
-
-    def matches(self, row: Row) -> bool:
-        v, fault = row.verdict, row.record.experiment.fault.value
-        if v.status != "scored":
-            return False
-        if self.name == "collateral":
-            return v.rank_primary == "false" and v.rank_any == "true"
-        if self.name == "rank0_silent":
-            return v.rank_any == "false" and row.record.experiment.rank == 0
-        if self.name == "crash_unnamed":
-            return v.fault_described == "partial" and fault in CRASH_TYPES
-        if self.name == "gpu_error_restart":
-            return v.restart_correct == "false" and fault == "GPU_ERROR"
-        return v.fr_rank_correct == self.name.removeprefix("fr_")
-
-
-def matched_patterns(report_rows: Sequence[Row]) -> list[tuple[Pattern, list[Row]]]:
-    """Each failure pattern some rows show, with those rows (pattern order, row order)."""
-    matched = [(p, [r for r in report_rows if p.matches(r)]) for p in PATTERNS]
-    return [(p, rows) for p, rows in matched if rows]
-
-
-PATTERNS = (
-    Pattern("collateral", "rank detected but treated as collateral (secondary issues)"),
-    Pattern("rank0_silent", "a rank-0 hang silences the watchdog: the log has no rank-0 signal"),
-    Pattern("crash_unnamed", "crash keywords present but the fault type is not named"),
-    Pattern("gpu_error_restart", "hardware GPU error conflated with a recoverable hang"),
-    Pattern(
-        "fr_no_dumps",
-        "NCCL watchdog did not fire before the job ended: tune TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
-    ),
-    Pattern("fr_node", "FR isolated the rank's node (GPUs-per-node block), not the rank"),
-    Pattern("fr_segment", "FR isolated the rank's segment (FR_SEGMENT_SIZE block), not the rank"),
-)
-
-
-@dataclass(frozen=True)
-class Row:
-    record: Record
-    case: Case
-    verdict: Verdict
-
-
-def _pending(case: Case, why: str) -> Verdict:
-    return Verdict(case=case.id, status="unscored", judge="none", reason=why)
-
-
-def rows(state: SessionState, *, force: bool = False) -> list[Row]:
-    """One row per planned experiment, in pool order; one that has not ended, or whose verdict
-    is not there yet (or cannot be read), is an `unscored` row saying so, never a missing row."""
-    gpus = state.gpus_per_node()
-    segment = int(
-        ((state.info.get("settings") or {}).get("score.segment_size") or {}).get("value") or 32
-    )
-    out = []
-    for r in state.records:
-        e = r.experiment
-        analysis = r.analysis or {}
-        valid = analysis.get("validity") in (None, "valid")
-        truth = GroundTruth(e.fault, e.rank, e.iteration, e.nodes, gpus, segment, valid)
-        case = Case(
-            id=r.case_id,
-            truth=truth,
-            job_id=r.job_id,
-            job_state=r.state,
-            experiment_dir=str(r.dir),
+def _read(path: Path, session_dir: Path) -> str:
+    """The file's tail (a log of any size ends where it failed); "" when there is none. A file
+    that cannot be shown (it leads out of the session, it cannot be read) says why instead: the
+    page never copies another file in, and never hides that something is missing."""
+    if not path.is_file():
+        return ""
+    try:
+        return read_tail(
+            within_root(path, session_dir, "analysis file"), "analysis file", _READ_CAP
         )
-        if r.status != "ended":
-            verdict = _pending(case, f"the job has not ended (status {r.status})")
-        elif r.verdict is None:
-            verdict = _pending(case, "not analysed yet (resume or --reanalyze the session)")
-        else:
-            try:
-                verdict = Verdict.model_validate(r.verdict)
-            except ValidationError as exc:
-                # A damaged record, like any other journal line: it stops the command, naming
-                # the line (--force makes it an unscored row that says so).
-                why = exc.errors()[0]
-                where = ".".join(map(str, why["loc"])) or "verdict"
-                problem = f"its verdict is damaged ({where}: {why['msg']})"
-                if not force:
-                    raise JournalError(
-                        f"{state.journal_path} line {r.analysed_line}: event 'analysed' "
-                        f"{problem}{FORCE_HINT}"
-                    ) from None
-                verdict = _pending(case, f"the journalled verdict cannot be read: {problem}")
-        out.append(Row(r, case, verdict))
-    return out
+    except InputError as exc:
+        return f"(not shown: {exc})"
 
 
-def rank_position(rank: int, total: int) -> str:
-    """Where the injected rank sits: 0 and 1 (the rendezvous host and its neighbour), the last
-    rank, or somewhere in the middle."""
-    if rank == 0:
-        return "0"
-    if rank == total - 1:
-        return "last"
-    if rank == 1:
-        return "1"
-    return "mid"
-
-
-@dataclass
-class Cell:
-    experiments: int = 0
-    scored: int = 0
-    passed: dict[str, int] | None = None
-
-    def rate(self, dimension: str) -> float | None:
-        if not self.scored or self.passed is None:
-            return None
-        return self.passed[dimension] / self.scored
-
-
-def matrix(report_rows: Sequence[Row]) -> dict[tuple[str, int, str], Cell]:
-    """fault type × nodes × rank position → experiments, scored, passes per dimension."""
-    cells: dict[tuple[str, int, str], Cell] = defaultdict(Cell)
-    for row in report_rows:
-        e, t = row.record.experiment, row.case.truth
-        cell = cells[(e.fault.value, e.nodes, rank_position(e.rank, t.total_ranks))]
-        cell.experiments += 1
-        if cell.passed is None:
-            cell.passed = dict.fromkeys(DIMENSIONS, 0)
-        if row.verdict.status == "scored":
-            cell.scored += 1
-            for d in DIMENSIONS:
-                cell.passed[d] += row.verdict.passed(d)
-    return dict(sorted(cells.items()))
-
-
-def passes_all(verdict: Verdict, dimensions: Sequence[str] = DIMENSIONS) -> bool:
-    return verdict.status == "scored" and all(verdict.passed(d) for d in dimensions)
-
-
-def stop_condition(
-    current: Sequence[Row],
-    previous: Sequence[Row] | None,
-    dimensions: Sequence[str] = STOP_DIMENSIONS,
-) -> tuple[bool, str]:
-    """Every experiment passes every counted dimension (`inject.stop_dimensions`: the four text
-    dimensions by default) in two consecutive sessions. "Pass" is explicit: the fully correct
-    value; runs not ended, invalid or unscored do not pass. The previous session must have run
-    at least the same experiments. The FR rank dimension, when not counted, is reported beside
-    the answer (how many experiments have it at `rank`)."""
-    met, why = _stop(current, previous, dimensions)
-    uncounted = [d for d in DIMENSIONS if d not in dimensions]
-    for d in uncounted:
-        passing = sum(r.verdict.passed(d) for r in current)
-        why += f"; {d} (not counted): {passing} of {len(current)} at {PASS_VALUE[d]}"
-    return met, why
-
-
-def _stop(
-    current: Sequence[Row], previous: Sequence[Row] | None, dimensions: Sequence[str]
-) -> tuple[bool, str]:
-    if set(dimensions) == set(DIMENSIONS):
-        counted = "every dimension"
-    elif set(dimensions) == set(STOP_DIMENSIONS):
-        counted = "the four text dimensions"
-    else:
-        counted = ", ".join(dimensions)
-    if not current:
-        return False, "the session has no experiment"
-    failing_now = [r for r in current if not passes_all(r.verdict, dimensions)]
-    if failing_now:
-        return False, f"{len(failing_now)} of {len(current)} experiment(s) do not pass {counted}"
-    if previous is None:
-        return False, f"this session passes {counted}; the previous session is unknown"
-    before = {r.record.experiment.entry for r in previous}
-    if not {r.record.experiment.entry for r in current} <= before:
-        return False, f"this session passes {counted}; the previous one ran other experiments"
-    if any(not passes_all(r.verdict, dimensions) for r in previous):
-        return False, f"this session passes {counted}; the previous one did not"
-    return True, f"this session and the previous one pass {counted}"
-
-
-def markdown(session_dir: Path, report_rows: Sequence[Row], stop: tuple[bool, str]) -> str:
-    cases, verdicts = [r.case for r in report_rows], [r.verdict for r in report_rows]
-    lines = [TITLE, "", f"Session: `{session_dir}`", ""]
-    lines.append(score_report.markdown(cases, verdicts))
-    summary = score_report.summarise(verdicts)
-    lines += [
-        "## Pass rates",
-        "",
-        f"{summary.cases} experiment(s): {summary.scored} scored, {summary.invalid} invalid, "
-        f"{summary.unscored} unscored.",
-        "",
-        "| " + " | ".join(DIMENSIONS) + " |",
-        "|" + "---|" * len(DIMENSIONS),
-        "| " + " | ".join(score_report.percent(summary.rates[d]) for d in DIMENSIONS) + " |",
-        "",
-        "## Matrix (fault type × nodes × rank position)",
-        "",
-        "| FAULT_TYPE | NODES | RANK_POS | experiments | scored | " + " | ".join(DIMENSIONS) + " |",
-        "|" + "---|" * (5 + len(DIMENSIONS)),
-    ]
-    for (fault, nodes, pos), cell in matrix(report_rows).items():
-        rates = " | ".join(score_report.percent(cell.rate(d)) for d in DIMENSIONS)
-        lines.append(
-            f"| {fault} | {nodes} | {pos} | {cell.experiments} | {cell.scored} | {rates} |"
-        )
-    lines += ["", "## Failure patterns in this session", ""]
-    matched = matched_patterns(report_rows)
-    if matched:
-        lines += ["| pattern | interpretation | experiments |", "|---|---|---|"]
-        lines += [
-            f"| {p.name} | {p.meaning} | {', '.join(r.record.dir.name for r in rows)} |"
-            for p, rows in matched
-        ]
-    else:
-        lines.append("None.")
-    met, why = stop
-    lines += ["", f"**Stop condition: {'met' if met else 'not met'}** ({why}).", ""]
-    return "\n".join(lines)
-
-
-def report_json(
-    session_dir: Path, report_rows: Sequence[Row], stop: tuple[bool, str]
-) -> dict[str, Any]:
-    cases, verdicts = [r.case for r in report_rows], [r.verdict for r in report_rows]
-    doc = score_report.as_json(cases, verdicts, score_report.summarise(verdicts), "session")
-    doc["session"] = str(session_dir)
-    doc["matrix"] = [
-        {
-            "fault_type": fault,
-            "nodes": nodes,
-            "rank_position": pos,
-            "experiments": cell.experiments,
-            "scored": cell.scored,
-            "pass_rates": {d: cell.rate(d) for d in DIMENSIONS},
-        }
-        for (fault, nodes, pos), cell in matrix(report_rows).items()
-    ]
-    doc["failure_patterns"] = [
-        {"pattern": p.name, "meaning": p.meaning, "experiments": [r.case.id for r in rows]}
-        for p, rows in matched_patterns(report_rows)
-    ]
-    doc["stop_condition"] = {"met": stop[0], "why": stop[1]}
-    return doc
+def evidence(row: Row, session_dir: Path) -> Evidence:
+    """The experiment's analysis files as the page shows them; a missing file is an empty part."""
+    analysis = Path(row.record.dir) / ANALYSIS_DIR
+    paths = (analysis / STRIPPED_LOG, analysis / LOG_ATTRIBUTION, analysis / FR_ANALYSIS)
+    log, attribution, fr_table = (_read(path, session_dir) for path in paths)
+    files = tuple(os.path.relpath(p, session_dir) for p in paths if p.is_file())
+    return evidence_of(log, attribution, fr_table, files)
 
 
 def older_sessions(session_dir: Path) -> list[Path]:
@@ -337,8 +114,6 @@ def html_page(
     dimensions: Sequence[str],
 ) -> str:
     """The session's self-contained HTML page (nvrx.inject.html)."""
-    from nvrx.inject.html import evidence, page  # it renders these rows: imported when used
-
     trend = diff(previous, current) if previous is not None else None
     evidences = [evidence(r, session_dir) for r in current]
     return page(session_dir, current, stop, evidences, trend, dimensions)
@@ -348,8 +123,6 @@ def write_html(
     session_dir: Path, *, force: bool = False, dimensions: Sequence[str] = STOP_DIMENSIONS
 ) -> Path:
     """Rebuild `report.html` alone from the journal; its path."""
-    from nvrx.files import write_atomic
-
     session_dir = session_dir.resolve()
     current, previous, stop = with_previous(session_dir, force, dimensions)
     path = session_dir / REPORT_HTML
@@ -363,8 +136,6 @@ def write_reports(
     """Rebuild the session's report files from its journal (and the previous session's, for
     the stop condition); returns the paths, the rows and the stop condition. The journal is
     read in full before anything is written: a damaged line stops it with nothing written."""
-    from nvrx.files import write_atomic
-
     session_dir = session_dir.resolve()
     current, previous, stop = with_previous(session_dir, force, dimensions)
     verdicts = [r.verdict for r in current]
@@ -379,46 +150,3 @@ def write_reports(
     write_atomic(paths[2], score_report.junit([r.case for r in current], verdicts, "session"))
     write_atomic(paths[3], html_page(session_dir, current, previous, stop, dimensions))
     return paths, current, stop
-
-
-@dataclass(frozen=True)
-class Change:
-    entry: str
-    dimension: str
-    before: str
-    after: str
-    improved: bool
-
-
-def _value(v: Verdict, d: str) -> str:
-    return str(getattr(v, d)) if v.status != "unscored" else "unscored"
-
-
-def diff(old: Sequence[Row], new: Sequence[Row]) -> tuple[list[Change], list[str], list[str]]:
-    """Cells (experiment entry × dimension) that improved or regressed from OLD to NEW; plus
-    the entries only in OLD and only in NEW."""
-    before = {r.record.experiment.entry: r.verdict for r in old}
-    after = {r.record.experiment.entry: r.verdict for r in new}
-    changes = []
-    for entry in [e for e in after if e in before]:
-        for d in DIMENSIONS:
-            b, a = before[entry], after[entry]
-            if _value(b, d) == _value(a, d):
-                continue
-            if b.passed(d) == a.passed(d):
-                continue  # e.g. partial -> false: still failing, not a change that matters
-            changes.append(Change(entry, d, _value(b, d), _value(a, d), a.passed(d)))
-    return (
-        changes,
-        [e for e in before if e not in after],
-        [e for e in after if e not in before],
-    )
-
-
-def failing_entries(
-    report_rows: Sequence[Row], dimensions: Sequence[str] = STOP_DIMENSIONS
-) -> list[str]:
-    """The pool of a re-run: every experiment that did not pass every counted dimension (those
-    the stop condition counts), in order, each once."""
-    failing = (r for r in report_rows if not passes_all(r.verdict, dimensions))
-    return list(dict.fromkeys(r.record.experiment.entry for r in failing))

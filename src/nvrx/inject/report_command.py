@@ -22,14 +22,15 @@ def report_command(
     rebuilt from the journal before the report prints."""
     from rich.text import Text
 
-    from nvrx.campaign.pool import CampaignError
+    from nvrx.campaign.errors import CampaignError
     from nvrx.inject import report
+    from nvrx.inject import rows as report_rows
     from nvrx.inject.command import open_session
     from nvrx.score.load import input_paths
     from nvrx.score.report import junit as score_junit
     from nvrx.score.report import percent, summarise
 
-    def open_rows(path: str) -> list[report.Row]:
+    def open_rows(path: str) -> list[report_rows.Row]:
         try:
             open_session(Path(path), force)
             return report.session_rows(Path(path).resolve(), force=force)
@@ -41,7 +42,7 @@ def report_command(
             raise CommandError("--html and --junit are a session's: report SESSION --html")
         if len(args) != 3:
             raise CommandError("report diff takes two sessions: OLD NEW")
-        changes, only_old, only_new = report.diff(open_rows(args[1]), open_rows(args[2]))
+        changes, only_old, only_new = report_rows.diff(open_rows(args[1]), open_rows(args[2]))
         regressed = [c for c in changes if not c.improved]
         if as_json:
             doc = {
@@ -91,7 +92,7 @@ def report_command(
         outputs.append((junit, "--junit", lambda: score_junit(cases, verdicts, "session")))
     write_outputs(outputs, inputs)
     if as_json:
-        write_document(report.report_json(session_dir, rows, stop), 0)
+        write_document(report_rows.report_json(session_dir, rows, stop), 0)
         return 0
     from rich.table import Table
 
@@ -102,11 +103,11 @@ def report_command(
     table = Table(title="fault type × nodes × rank position", header_style="bold", box=None)
     for column in ("fault", "nodes", "rank", "n", "scored", *SHORT_NAMES.values()):
         table.add_column(column)
-    for (fault, nodes, pos), cell in report.matrix(rows).items():
+    for (fault, nodes, pos), cell in report_rows.matrix(rows).items():
         rates = (percent(cell.rate(d)) for d in DIMENSIONS)
         table.add_row(fault, str(nodes), pos, str(cell.experiments), str(cell.scored), *rates)
     stdout().print(table)
-    for pattern, matching in report.matched_patterns(rows):
+    for pattern, matching in report_rows.matched_patterns(rows):
         ids = ", ".join(r.record.dir.name for r in matching)
         stdout().print(Text(f"pattern {pattern.name}: {pattern.meaning}: {ids}"))
     met, why = stop

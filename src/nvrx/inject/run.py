@@ -26,8 +26,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from nvrx.campaign.pool import CampaignError, Experiment
-from nvrx.campaign.session import Record, Session, SessionError, SessionState, utcnow
+from nvrx.campaign.errors import CampaignError, SessionError
+from nvrx.campaign.pool import Experiment
+from nvrx.campaign.session import Record, Session, SessionState, utcnow
 from nvrx.config import redact_argv
 from nvrx.inject.analysis import Analyst, ExperimentAnalysis
 from nvrx.inject.window import Submit, Waiting, Window, WindowMode, choose

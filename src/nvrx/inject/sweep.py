@@ -13,7 +13,8 @@ from pathlib import Path
 
 from nvrx.campaign.pool import at_iterations
 from nvrx.config import STOP_DIMENSIONS
-from nvrx.inject.report import failing_entries, older_sessions, rows_and_stop
+from nvrx.inject.report import older_sessions, rows_and_stop
+from nvrx.inject.rows import failing_entries
 
 SWEEP_ITERATIONS = (2, 10)
 # Iteration 4's wider cells: crash and hang classes the default pool runs on 2 nodes only.

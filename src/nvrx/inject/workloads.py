@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from nvrx.campaign.pool import CampaignError
+from nvrx.campaign.errors import CampaignError
 from nvrx.config import ConfigError, SlurmTime
 from nvrx.config.yamlfile import parse_yaml
 from nvrx.display import did_you_mean, some_of

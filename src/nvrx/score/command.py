@@ -62,7 +62,7 @@ def score_command(
     set_: list[str] | None,
 ) -> int:
     """Score; returns 0 scored and every --min met, 1 a --min not met, 3 some case unscored."""
-    from nvrx.campaign.pool import CampaignError
+    from nvrx.campaign.errors import CampaignError
     from nvrx.score import report
     from nvrx.score.load import (
         Shape,

@@ -12,7 +12,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from nvrx.campaign.pool import FaultType, PoolError
+from nvrx.campaign.errors import PoolError
+from nvrx.campaign.pool import FaultType
 
 # Bumped whenever the prompt text or the answer schema changes: part of every cache key, so an
 # old cached verdict is never returned for a new question.
