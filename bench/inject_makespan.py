@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from nvrx.campaign.pool import pool_entries, split_pool
+from nvrx.campaign.pool import split_pool
+from nvrx.campaign.poolfile import pool_entries
 from nvrx.campaign.session import Record, SessionState
 from nvrx.config import load_config
 from nvrx.inject.analysis import ExperimentAnalysis

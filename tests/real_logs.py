@@ -11,7 +11,7 @@ from typing import Any, get_args
 import yaml
 
 from nvrx.analyze.logattr import ERRORS_NOT_FOUND, Category, LogAttribution
-from nvrx.score.evidence import RESTART, STOP
+from nvrx.logtext import RESTART, STOP
 
 CORPUS = Path(__file__).resolve().parent / "data" / "real_logs"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from nvrx.analyze.logattr import ERRORS_NOT_FOUND, attribute_log
-from nvrx.score.evidence import RESTART, STOP
+from nvrx.logtext import RESTART, STOP
 
 
 def attribute(*lines: str) -> tuple[str, str | None, int | None]:

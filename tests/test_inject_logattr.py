@@ -1,7 +1,7 @@
 """The built-in log attribution, read as its specification.
 
 Part 1 runs it on real logs of the CPU fault workload (`tests/data/cpu_logs/<FAULT>_r<rank>_n<nodes>
-.log`, recorded on the local Slurm cluster and passed through `evidence.blind()`): for each, the
+.log`, recorded on the local Slurm cluster and passed through `logtext.blind()`): for each, the
 decision is the restart table's, the root rank is the injected one, and the offline rules judge
 scores the attribution text correct. Part 2 pins each rule on small synthetic logs.
 """
@@ -17,15 +17,8 @@ import pytest
 
 from nvrx.analyze.logattr import ERRORS_NOT_FOUND, NO_LOGS, LogAttribution, attribute_log
 from nvrx.campaign.pool import FaultType
-from nvrx.score.evidence import (
-    RESTART,
-    RESTART_TABLE,
-    STOP,
-    Attribution,
-    has_marker,
-    judge_excerpt,
-    rank_mentions,
-)
+from nvrx.logtext import RESTART, STOP, has_marker, rank_mentions
+from nvrx.score.evidence import RESTART_TABLE, Attribution, judge_excerpt
 from nvrx.score.model import Case, GroundTruth, Verdict
 from nvrx.score.rules import judge_rules
 

@@ -15,9 +15,9 @@ from nvrx.campaign.pool import (
     FaultType,
     build_pool,
     parse_entry,
-    pool_entries,
     split_pool,
 )
+from nvrx.campaign.poolfile import pool_entries
 from nvrx.campaign.session import Journal, replay
 from nvrx.inject.window import Window
 from nvrx.inject.workloads import WorkloadError, find_workload, load_registry

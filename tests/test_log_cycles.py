@@ -8,7 +8,8 @@ from nvrx.analyze import logcycles
 from nvrx.analyze.logattr import ERRORS_NOT_FOUND, attribute_log
 from nvrx.analyze.logcycles import CycleSpan, CycleSplitter, marker
 from nvrx.campaign.pool import FaultType
-from nvrx.score.evidence import RESTART, STOP, Attribution
+from nvrx.logtext import RESTART, STOP
+from nvrx.score.evidence import Attribution
 from nvrx.score.model import Case, GroundTruth
 from nvrx.score.rules import judge_rules
 

@@ -7,14 +7,13 @@ from __future__ import annotations
 import pytest
 
 from nvrx.campaign.pool import FaultType
+from nvrx.logtext import rank_mentions, strip_markers
 from nvrx.score.evidence import (
     RESTART_TABLE,
     Attribution,
     fr_ranks,
     judge_excerpt,
     normalise_fr_label,
-    rank_mentions,
-    strip_markers,
 )
 from nvrx.score.model import DIMENSIONS, Case, GroundTruth, ScoreError
 from nvrx.score.rules import judge_rules

@@ -80,7 +80,7 @@ def test_nothing_cites_a_file_outside_the_repository() -> None:
 # The packages, lowest first: a module imports only from its own package or a lower layer
 # (DESIGN.md). Siblings on one layer do not import each other.
 LAYERS = {
-    "files": 0, "limits": 0, "display": 0, "retry": 0, "htmlpage": 1, "terminal": 1,
+    "limits": -1, "files": 0, "display": 0, "retry": 0, "htmlpage": 1, "terminal": 1, "logtext": 1,
     "slurm": 1, "config": 2, "campaign": 3, "score": 4, "chain": 5, "analyze": 5,
     "watch": 6, "inject": 6, "cli": 7,
 }  # fmt: skip
@@ -124,3 +124,114 @@ def test_every_module_over_400_lines_says_why_it_is_one_module() -> None:
             if "one module" not in doc.lower():
                 unexplained.append(str(path.relative_to(REPO)))
     assert unexplained == []
+
+
+# --- DESIGN.md's module table, held against the code -----------------------------------------
+
+
+def module_table() -> dict[str, bool]:
+    """DESIGN.md's module table: each module named in it, and whether it is marked IO. A row
+    names a module in full (`config.values`), then its siblings by their last name (`model`);
+    names in parentheses after one are its submodules (`watch.detectors` (`chain`, ...))."""
+    import re
+
+    text = (REPO / "DESIGN.md").read_text()
+    section = text[text.index("## Modules") : text.index("## Errors")]
+    table: dict[str, bool] = {}
+    for line in section.splitlines():
+        if not line.startswith("| `"):
+            continue
+        first, io = (cell.strip() for cell in line.strip("|").split("|")[:2])
+        package = ""
+        for m in re.finditer(r"`([\w.]+)`(\s*\()?", first):
+            name = m.group(1)
+            full = name if "." in name or not package else f"{package}.{name}"
+            if "." in name:
+                package = name.rsplit(".", 1)[0]
+            if m.group(2):  # `a.b` (`c`, ...): c is a.b.c
+                package = full
+            table[full] = bool(io)
+    return table
+
+
+def package_modules(*, packages: bool = False) -> set[str]:
+    """nvrx's modules by dotted name below `nvrx` (with the packages themselves if asked)."""
+    src = REPO / "src" / "nvrx"
+    found = set()
+    for path in src.rglob("*.py"):
+        parts = list(path.relative_to(src).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+            if not (packages and parts):
+                continue
+        if parts[-1] != "__main__":
+            found.add(".".join(parts))
+    return found
+
+
+def test_the_module_table_names_every_module_and_nothing_else() -> None:
+    table, modules = module_table(), package_modules()
+    # a row for a module (or package) that is not there
+    assert sorted(set(table) - package_modules(packages=True)) == []
+    # `cli` stands for its modules (one per subcommand): every other module has its row.
+    unlisted = {m for m in modules - set(table) if not m.startswith("cli.")}
+    assert sorted(unlisted) == []
+
+
+_IMPORT_PROBE = """
+import json, os, sys
+loaded = {}
+for name in sys.argv[1:]:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a fresh child per module: nothing of nvrx is imported before it
+        os.close(read)
+        __import__("nvrx." + name)
+        os.write(write, json.dumps(sorted(m[5:] for m in sys.modules if m.startswith("nvrx."))).encode())
+        os._exit(0)
+    os.close(write)
+    data = b""
+    while chunk := os.read(read, 1 << 16):
+        data += chunk
+    os.close(read)
+    _, status = os.waitpid(pid, 0)
+    loaded[name] = json.loads(data) if status == 0 and data else None
+print(json.dumps(loaded))
+"""
+
+
+def imports_of(modules: list[str]) -> dict[str, list[str] | None]:
+    """The nvrx modules that importing each module loads (None: its import failed)."""
+    import json
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _IMPORT_PROBE, *modules],
+        cwd=REPO, capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    loaded: dict[str, list[str] | None] = json.loads(proc.stdout)
+    return loaded
+
+
+def test_importing_a_pure_module_loads_no_module_that_does_io() -> None:
+    # DESIGN.md marks which modules do IO; a pure one must not reach one through its imports
+    # (types only an annotation needs are imported under TYPE_CHECKING).
+    table = module_table()
+    pure = sorted(m for m, io in table.items() if not io)
+    doing_io = {m for m, io in table.items() if io}
+    loaded = imports_of(pure)
+    assert {m: None for m in pure if loaded[m] is None} == {}
+    assert {
+        m: sorted(set(got or ()) & doing_io)
+        for m, got in loaded.items()
+        if set(got or ()) & doing_io
+    } == {}
+
+
+def test_no_analyser_can_reach_the_judge_or_its_ground_truth() -> None:
+    # The analysers never see the injected fault: nothing under analyze/ loads score (where the
+    # restart table and the judge live), whatever it imports.
+    analysers = sorted(m for m in package_modules() if m.startswith("analyze."))
+    loaded = imports_of(analysers)
+    assert {m: [x for x in got or () if x.startswith("score")] for m, got in loaded.items()} == {
+        m: [] for m in analysers
+    }

@@ -19,11 +19,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-# The default of `limits.max_input_bytes`: far above any real job log of one fault-injection
-# experiment or any journal, far below what would hurt a login node.
-DEFAULT_INPUT_LIMIT = 256 << 20
-# Config and env files are read before the settings exist, so their cap is fixed.
-CONFIG_FILE_LIMIT = 1 << 20
+from nvrx.limits import DEFAULT_INPUT_LIMIT
+
 LIMIT_SETTING = "limits.max_input_bytes"
 
 _input_limit = DEFAULT_INPUT_LIMIT

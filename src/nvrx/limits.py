@@ -7,6 +7,12 @@ from __future__ import annotations
 
 MAX_DIGITS = 9
 
+# The default of `limits.max_input_bytes`: far above any real job log of one fault-injection
+# experiment or any journal, far below what would hurt a login node.
+DEFAULT_INPUT_LIMIT = 256 << 20
+# Config and env files are read before the settings exist, so their cap is fixed.
+CONFIG_FILE_LIMIT = 1 << 20
+
 
 def small_int(digits: str) -> int | None:
     """`digits` (an optional sign, then 0-9) as a number, or None when it has more than

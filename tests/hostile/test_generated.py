@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 from nvrx.analyze import fr as fr_analyzer
 from nvrx.analyze.logattr import attribute_log
 from nvrx.campaign.errors import PoolError
-from nvrx.campaign.pool import FaultType, build_pool, pool_entries
+from nvrx.campaign.pool import FaultType, build_pool
+from nvrx.campaign.poolfile import pool_entries
 from nvrx.config import FIELDS, SECTIONS, ConfigError
 from nvrx.config.shellwords import parse_env_file
 from nvrx.config.yamlfile import read_yaml_file

@@ -5,7 +5,7 @@ type and called every one of them restartable. `attribute_log` reads one blinded
 main log and answers logsage's 5-field text (`LogAttribution.text`): the restart decision, an
 explanation, `Attribution: Primary issues: [...], Secondary issues: [...]`, a detail line (the
 evidence, by log line number) and whether a checkpoint was saved. Ground truth is never read: the
-input goes through `evidence.blind()` again here, so the injector's marker and CRITICAL lines (and
+input goes through `logtext.blind()` again here, so the injector's marker and CRITICAL lines (and
 the exception line naming NVRx's `InjectedException`) are gone whatever the caller did.
 
 Reading the log
@@ -73,7 +73,8 @@ Classifying the root rank (the first row that matches wins)
                   lost connection)
     HANG          peers time out but name no rank: the root is unknown              RESTART
 
-Decisions follow the restart table (`nvrx.score.evidence.RESTART_TABLE`): hangs and signals
+Decisions follow the restart policy (docs/log-attribution-policy.md, the table the judge scores
+against, which this package never imports): hangs and signals
 restart; crashes, exceptions and GPU errors stop. A log these rules find no failing rank in (no
 `srun --label` ranks, or none that failed by them) is read by `logscan` for its first failure in
 causal order, in any format, with the classes real jobs add (CUDA_OOM, HOST_OOM, DEVICE_ASSERT,
@@ -122,7 +123,7 @@ from nvrx.analyze.logscan import (
     text_blocks,
 )
 from nvrx.limits import MAX_RANKS, as_rank, small_int
-from nvrx.score.evidence import MARKER_WORDS, RESTART, STOP, blind_line, rank_mentions
+from nvrx.logtext import MARKER_WORDS, RESTART, STOP, blind_line, rank_mentions
 
 NO_LOGS = "NO LOGS"
 ERRORS_NOT_FOUND = "ERRORS NOT FOUND"
@@ -891,7 +892,7 @@ def attribute_log(text: str) -> LogAttribution:
 
 def attribute_blocks(blocks: Iterable[str], *, gate: bool = True) -> LogAttribution:
     """`attribute_log` of a log read in blocks of whole lines (`files.read_line_blocks`): a log
-    of any size in flat memory. Lines are blinded as they are read (`evidence.blind_line`);
+    of any size in flat memory. Lines are blinded as they are read (`logtext.blind_line`);
     line numbers are the input's. Each restart cycle (`logcycles`) is attributed on its own.
     `gate=False` reads every line, not only those that hold a keyword (the tests' check that
     the gate changes nothing)."""

@@ -63,7 +63,8 @@ def _plain(name: str) -> bool:
 
 def complete_pool(incomplete: str) -> list[str]:
     """Pool names: the built-in ones and the `pools/` files of the configured workload."""
-    from nvrx.campaign.pool import NAMED_POOLS, pool_files
+    from nvrx.campaign.pool import NAMED_POOLS
+    from nvrx.campaign.poolfile import pool_files
 
     names = list(NAMED_POOLS)
     try:

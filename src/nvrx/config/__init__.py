@@ -18,39 +18,90 @@ Modules: `values` (how text becomes a typed value), `model` (the sections), `nam
 names), `load` (the layers), `yamlfile` and `shellwords` (the two file syntaxes), `redact` and
 `secrets` (masking). This package re-exports what the rest of nvrx uses; yaml is imported only
 when a YAML file is read.
+
+Each name is imported from its module on first use: `nvrx.config.values` alone does not load
+the layers that read files.
 """
 
-from nvrx.config.errors import ConfigError
-from nvrx.config.load import (
-    LoadedConfig,
-    Origin,
-    find_config_file,
-    load_config,
-    load_for_command,
-    parse_assignments,
-    read_env_file,
-    read_environment,
-)
-from nvrx.config.model import (
-    FIELDS,
-    MAX_ARRAY_TASKS,
-    MAX_CHAIN_DEPTH,
-    SECTIONS,
-    STOP_DIMENSIONS,
-    ChainSettings,
-    Dimension,
-    InjectSettings,
-    LimitsSettings,
-    NvrxConfig,
-    ScoreSettings,
-    SlurmSettings,
-    WatchSettings,
-    is_secret,
-)
-from nvrx.config.names import ENV_ALIASES, ENV_NAMES, canonical_env_name, env_names_for
-from nvrx.config.redact import HIDDEN, redact_text, redact_urls, secret_env_values
-from nvrx.config.secrets import known_secrets, redact_argv
-from nvrx.config.values import MAX_SECONDS, SlurmName, SlurmTime
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nvrx.config.errors import ConfigError
+    from nvrx.config.load import (
+        LoadedConfig,
+        Origin,
+        find_config_file,
+        load_config,
+        load_for_command,
+        parse_assignments,
+        read_env_file,
+        read_environment,
+    )
+    from nvrx.config.model import (
+        FIELDS,
+        MAX_ARRAY_TASKS,
+        MAX_CHAIN_DEPTH,
+        SECTIONS,
+        STOP_DIMENSIONS,
+        ChainSettings,
+        Dimension,
+        InjectSettings,
+        LimitsSettings,
+        NvrxConfig,
+        ScoreSettings,
+        SlurmSettings,
+        WatchSettings,
+        is_secret,
+    )
+    from nvrx.config.names import ENV_ALIASES, ENV_NAMES, canonical_env_name, env_names_for
+    from nvrx.config.redact import HIDDEN, redact_text, redact_urls, secret_env_values
+    from nvrx.config.secrets import known_secrets, redact_argv
+    from nvrx.config.values import MAX_SECONDS, SlurmName, SlurmTime
+
+# Where each name lives: imported on first use, so that importing one module of the package
+# loads that module only (a pure module never drags in the ones that run commands or read
+# files through this package).
+_WHERE = {
+    "ChainSettings": "nvrx.config.model",
+    "ConfigError": "nvrx.config.errors",
+    "Dimension": "nvrx.config.model",
+    "ENV_ALIASES": "nvrx.config.names",
+    "ENV_NAMES": "nvrx.config.names",
+    "FIELDS": "nvrx.config.model",
+    "HIDDEN": "nvrx.config.redact",
+    "InjectSettings": "nvrx.config.model",
+    "LimitsSettings": "nvrx.config.model",
+    "LoadedConfig": "nvrx.config.load",
+    "MAX_ARRAY_TASKS": "nvrx.config.model",
+    "MAX_CHAIN_DEPTH": "nvrx.config.model",
+    "MAX_SECONDS": "nvrx.config.values",
+    "NvrxConfig": "nvrx.config.model",
+    "Origin": "nvrx.config.load",
+    "SECTIONS": "nvrx.config.model",
+    "STOP_DIMENSIONS": "nvrx.config.model",
+    "ScoreSettings": "nvrx.config.model",
+    "SlurmName": "nvrx.config.values",
+    "SlurmSettings": "nvrx.config.model",
+    "SlurmTime": "nvrx.config.values",
+    "WatchSettings": "nvrx.config.model",
+    "canonical_env_name": "nvrx.config.names",
+    "env_names_for": "nvrx.config.names",
+    "find_config_file": "nvrx.config.load",
+    "is_secret": "nvrx.config.model",
+    "known_secrets": "nvrx.config.secrets",
+    "load_config": "nvrx.config.load",
+    "load_for_command": "nvrx.config.load",
+    "parse_assignments": "nvrx.config.load",
+    "read_env_file": "nvrx.config.load",
+    "read_environment": "nvrx.config.load",
+    "redact_argv": "nvrx.config.secrets",
+    "redact_text": "nvrx.config.redact",
+    "redact_urls": "nvrx.config.redact",
+    "secret_env_values": "nvrx.config.redact",
+}
 
 __all__ = [
     "ENV_ALIASES",
@@ -90,3 +141,13 @@ __all__ = [
     "redact_urls",
     "secret_env_values",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module = _WHERE[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -3,25 +3,13 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from nvrx.config.redact import redact_urls
 from nvrx.display import printable
-from nvrx.files import CONFIG_FILE_LIMIT, InputError, read_bounded
 
 
 class ConfigError(Exception):
     """A configuration problem, reported to the user as one line."""
-
-
-def read_config_text(path: Path, what: str) -> str:
-    try:
-        data, _ = read_bounded(path, what, limit=CONFIG_FILE_LIMIT, setting=None)
-        return data.decode("utf-8")
-    except InputError as exc:
-        raise ConfigError(str(exc)) from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{what} {path} is not UTF-8 text (byte {exc.start})") from exc
 
 
 def cut(text: str, limit: int) -> str:

@@ -12,14 +12,27 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from nvrx.config.errors import ConfigError, cut, key_part, quoted, read_config_text
+from nvrx.config.errors import ConfigError, cut, key_part, quoted
 from nvrx.config.model import FIELDS, NvrxConfig, is_secret
 from nvrx.config.names import ENV_NAMES, env_names_for
 from nvrx.config.redact import HIDDEN, redact_urls
 from nvrx.config.shellwords import parse_env_file
 from nvrx.display import did_you_mean, printable
-from nvrx.files import set_allowed_roots, set_input_limit
+from nvrx.files import InputError, read_bounded, set_allowed_roots, set_input_limit
+from nvrx.limits import CONFIG_FILE_LIMIT
 from nvrx.terminal import warn
+
+
+def read_config_text(path: Path, what: str) -> str:
+    """A config or env file's text, read before the settings exist (a fixed cap)."""
+    try:
+        data, _ = read_bounded(path, what, limit=CONFIG_FILE_LIMIT, setting=None)
+        return data.decode("utf-8")
+    except InputError as exc:
+        raise ConfigError(str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} {path} is not UTF-8 text (byte {exc.start})") from exc
+
 
 Layer = Literal["default", "file", "env-file", "env", "cli"]
 

@@ -41,7 +41,7 @@ from nvrx.config.values import (
     StrList,
     StrMap,
 )
-from nvrx.files import DEFAULT_INPUT_LIMIT
+from nvrx.limits import DEFAULT_INPUT_LIMIT
 
 
 class _Section(BaseModel):

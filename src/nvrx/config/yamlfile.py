@@ -10,7 +10,8 @@ from typing import Any
 import yaml
 from pydantic.fields import FieldInfo
 
-from nvrx.config.errors import ConfigError, read_config_text
+from nvrx.config.errors import ConfigError
+from nvrx.config.load import read_config_text
 from nvrx.config.model import FIELDS, SECTIONS
 from nvrx.config.values import command_words
 from nvrx.display import did_you_mean

@@ -40,7 +40,8 @@ from nvrx.files import (
     read_text,
     write_atomic,
 )
-from nvrx.score.evidence import Attribution, blind, fr_ranks, run_validity
+from nvrx.logtext import blind
+from nvrx.score.evidence import Attribution, fr_ranks, run_validity
 from nvrx.score.load import (
     ANALYSIS_DIR,
     FR_ANALYSIS,

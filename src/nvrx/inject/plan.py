@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from nvrx.campaign.errors import SessionError
-from nvrx.campaign.pool import Pool, at_iterations, build_pool, pool_entries
+from nvrx.campaign.pool import Pool, at_iterations, build_pool
+from nvrx.campaign.poolfile import pool_entries
 from nvrx.campaign.session import Record, Session, SessionState
 from nvrx.config import LoadedConfig
 from nvrx.inject.run import SITE_VARIABLES, CampaignSpec, experiment_options, record_session

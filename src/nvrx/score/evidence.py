@@ -15,10 +15,8 @@ from typing import Literal
 
 from nvrx.campaign.pool import FaultType
 from nvrx.limits import small_int
+from nvrx.logtext import RESTART, STOP, blind, has_marker, numbers, rank_mentions
 from nvrx.score.model import GroundTruth
-
-RESTART = "RESTART IMMEDIATE"
-STOP = "STOP - DONT RESTART IMMEDIATE"
 
 # Expected restart decision per fault type, with the reason given to the judge.
 RESTART_TABLE: dict[FaultType, tuple[str, str]] = {
@@ -39,56 +37,6 @@ RESTART_TABLE: dict[FaultType, tuple[str, str]] = {
 # --- the log: blinding and the judge's excerpt --------------------------------------------------
 
 EXCERPT_LINES = 400
-
-# Ground truth in text: Megatron's marker, the stale `[MEGATRON_FAULT]` marker, and the
-# injector's own logger lines.
-# Also the injector's frames in tracebacks (`.../shared_utils/inject_fault.py`).
-_MARKER = re.compile(
-    r"FAULT INJECTION|\[MEGATRON_FAULT\]|nvidia_resiliency_ext[./]shared_utils[./]inject_fault"
-)
-# The exception class the injector raises names the fault as plainly as the marker: replaced,
-# not dropped, so a traceback keeps its shape (`raise <exception>`).
-_INJECTED_CLASS = re.compile(r"\bInjectedException\b")
-BLINDED_CLASS = "<exception>"
-
-
-# An experiment directory's name spells its ground truth (`n2_SEGFAULT_r1_i3`), and logs quote it
-# in paths (the FR dump path, --output): blinded like the markers.
-_EXPERIMENT_NAME = re.compile(
-    r"n\d+_(?:" + "|".join(sorted(f.value for f in FaultType)) + r")_r\d+_i\d+(?:_dup\d+)?",
-    re.IGNORECASE,
-)
-BLINDED_NAME = "<experiment>"
-
-
-def blind(text: str) -> str:
-    """Ground truth removed from any text an analyser or the judge reads: marker lines dropped,
-    experiment directory names replaced."""
-    text = _EXPERIMENT_NAME.sub(BLINDED_NAME, strip_markers(text))
-    return _INJECTED_CLASS.sub(BLINDED_CLASS, text)
-
-
-def blind_line(line: str) -> str | None:
-    """`blind` of one line: None for a ground-truth line (dropped), else the line with
-    experiment names and the injected class replaced."""
-    if _MARKER.search(line) is not None:
-        return None
-    return _INJECTED_CLASS.sub(BLINDED_CLASS, _EXPERIMENT_NAME.sub(BLINDED_NAME, line))
-
-
-# Lower-case words one of which every line that `blind` drops holds: a reader that looks only at
-# lines holding some word of its own (logscan's gate) must look at these too, to drop them.
-MARKER_WORDS = ("fault injection", "megatron_fault", "inject_fault")
-
-
-def has_marker(text: str) -> bool:
-    return _MARKER.search(text) is not None
-
-
-def strip_markers(text: str) -> str:
-    """The log with every ground-truth line removed (what analysers may read)."""
-    return "".join(line for line in text.splitlines(keepends=True) if _MARKER.search(line) is None)
-
 
 # --- run validity ------------------------------------------------------------------------------
 
@@ -143,11 +91,6 @@ FrScope = Literal["rank", "node", "segment", "false", "no_dumps"]
 _INT = re.compile(r"\d+")
 
 
-def _numbers(found: list[str]) -> list[int]:
-    """The numbers among digit runs (a run too long for a rank is text)."""
-    return [n for n in map(small_int, found) if n is not None]
-
-
 def _fr_rows(fr_output: str) -> Iterator[tuple[int, str]]:
     """(line number, Missing Ranks column) of every table row."""
     for n, line in enumerate(fr_output.splitlines(), start=1):
@@ -172,7 +115,7 @@ def fr_ranks(fr_output: str) -> frozenset[int]:
     """Every rank in the `Missing Ranks` column: rows with ≥ 6 `|` parts, header skipped."""
     ranks: set[int] = set()
     for _, column in _fr_rows(fr_output):
-        ranks.update(_numbers(_INT.findall(column)))
+        ranks.update(numbers(_INT.findall(column)))
     return frozenset(ranks)
 
 
@@ -213,31 +156,6 @@ def normalise_fr_label(label: str, fr_output: str, truth: GroundTruth) -> FrScop
 # --- the attribution text (logsage's 5-field format, or its repr quirk) ------------------------
 
 Decision = Literal["STOP", "RESTART", "CONTINUE", "NO LOGS", "LLM FAILURE", "UNKNOWN"]
-
-# `rank 3`, `rank=3`, `[rank3]:` (PyTorch's prefix), `ranks 3, 5 and 7`, `ranks [3, 5]`,
-# `global_rank 3`; not `local rank 1` (a device index) and not the 8 of `rank 5/8`.
-_NOT_LOCAL = r"(?<!local )(?<!local_)(?<!local-)"
-_RANK_LIST = re.compile(
-    _NOT_LOCAL + r"\b(?:global[_ ])?ranks?\s*(?:[:=#]\s*|\(\s*|\[\s*)?"
-    r"(\d+(?:\s*(?:,|\band\b|&)\s*\d+)*)",
-    re.IGNORECASE,
-)
-_RANK_RANGE = re.compile(
-    _NOT_LOCAL + r"\branks?\s*\[?\s*(\d+)\s*(?:-|–|to|\.\.)\s*(\d+)", re.IGNORECASE
-)
-
-
-def rank_mentions(text: str) -> frozenset[int]:
-    """Ranks a text names (forms above, and ranges `ranks 4-7`). Bare numbers are not ranks:
-    iterations, exit codes and sizes are numbers too."""
-    found: set[int] = set()
-    for match in _RANK_LIST.finditer(text):
-        found.update(_numbers(_INT.findall(match.group(1))))
-    for match in _RANK_RANGE.finditer(text):
-        low, high = small_int(match.group(1)), small_int(match.group(2))
-        if low is not None and high is not None and low <= high and high - low < 4096:
-            found.update(range(low, high + 1))
-    return frozenset(found)
 
 
 def _bracketed(text: str, label: str) -> str | None:

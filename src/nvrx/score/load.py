@@ -21,13 +21,8 @@ from pathlib import Path
 
 from nvrx import files
 from nvrx.campaign.session import JOURNAL_NAME, TSV_HEADER, TSV_NAME, Record, Session
-from nvrx.score.evidence import (
-    analyser_failure,
-    blind,
-    fr_table_problem,
-    judge_excerpt,
-    run_validity,
-)
+from nvrx.logtext import blind
+from nvrx.score.evidence import analyser_failure, fr_table_problem, judge_excerpt, run_validity
 from nvrx.score.model import Case, GroundTruth, ScoreError
 
 ANALYSIS_DIR = "analysis"

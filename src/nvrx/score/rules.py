@@ -20,14 +20,8 @@ from __future__ import annotations
 
 import time
 
-from nvrx.score.evidence import (
-    RESTART_TABLE,
-    STOP,
-    Attribution,
-    fault_description,
-    fr_ranks,
-    fr_scope,
-)
+from nvrx.logtext import STOP
+from nvrx.score.evidence import RESTART_TABLE, Attribution, fault_description, fr_ranks, fr_scope
 from nvrx.score.model import Case, Verdict, invalid_verdict, unscored_verdict
 
 JUDGE_NAME = "rules"

@@ -1,21 +1,61 @@
-"""The Slurm adapter: the only place in nvrx that runs Slurm commands or parses their output."""
+"""The Slurm adapter: the only place in nvrx that runs Slurm commands or parses their output.
 
-from nvrx.slurm.client import JobInfo, Slurm
-from nvrx.slurm.errors import (
-    AccountingDisabled,
-    ErrorKind,
-    JobForgotten,
-    SlurmError,
-    SlurmParseError,
-    SlurmPolicyError,
-    SlurmUnavailable,
-    SlurmValueError,
-)
-from nvrx.slurm.hostlist import compress, expand
-from nvrx.slurm.ids import JobRef, TaskIndices, parse_job_ref, parse_task_indices
-from nvrx.slurm.options import SubmitOptions
-from nvrx.slurm.parse import AccountingRow, DrainedNode, PartitionNodes, QueueRow, Submission
-from nvrx.slurm.states import ExitStatus, JobState
+Each name is imported from its module on first use: `nvrx.slurm.parse` alone does not load the
+adapter that runs commands.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nvrx.slurm.client import JobInfo, Slurm
+    from nvrx.slurm.errors import (
+        AccountingDisabled,
+        ErrorKind,
+        JobForgotten,
+        SlurmError,
+        SlurmParseError,
+        SlurmPolicyError,
+        SlurmUnavailable,
+        SlurmValueError,
+    )
+    from nvrx.slurm.hostlist import compress, expand
+    from nvrx.slurm.ids import JobRef, TaskIndices, parse_job_ref, parse_task_indices
+    from nvrx.slurm.options import SubmitOptions
+    from nvrx.slurm.parse import AccountingRow, DrainedNode, PartitionNodes, QueueRow, Submission
+    from nvrx.slurm.states import ExitStatus, JobState
+
+# Where each name lives: imported on first use, so that importing one module of the package
+# loads that module only (a pure module never drags in the ones that run commands or read
+# files through this package).
+_WHERE = {
+    "AccountingDisabled": "nvrx.slurm.errors",
+    "AccountingRow": "nvrx.slurm.parse",
+    "DrainedNode": "nvrx.slurm.parse",
+    "ErrorKind": "nvrx.slurm.errors",
+    "ExitStatus": "nvrx.slurm.states",
+    "JobForgotten": "nvrx.slurm.errors",
+    "JobInfo": "nvrx.slurm.client",
+    "JobRef": "nvrx.slurm.ids",
+    "JobState": "nvrx.slurm.states",
+    "PartitionNodes": "nvrx.slurm.parse",
+    "QueueRow": "nvrx.slurm.parse",
+    "Slurm": "nvrx.slurm.client",
+    "SlurmError": "nvrx.slurm.errors",
+    "SlurmParseError": "nvrx.slurm.errors",
+    "SlurmPolicyError": "nvrx.slurm.errors",
+    "SlurmUnavailable": "nvrx.slurm.errors",
+    "SlurmValueError": "nvrx.slurm.errors",
+    "Submission": "nvrx.slurm.parse",
+    "SubmitOptions": "nvrx.slurm.options",
+    "TaskIndices": "nvrx.slurm.ids",
+    "compress": "nvrx.slurm.hostlist",
+    "expand": "nvrx.slurm.hostlist",
+    "parse_job_ref": "nvrx.slurm.ids",
+    "parse_task_indices": "nvrx.slurm.ids",
+}
 
 __all__ = [
     "AccountingDisabled",
@@ -43,3 +83,13 @@ __all__ = [
     "parse_job_ref",
     "parse_task_indices",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module = _WHERE[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -15,12 +15,15 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from nvrx.slurm.client import Slurm
 from nvrx.slurm.errors import SlurmError
 from nvrx.slurm.ids import check_job_id
 from nvrx.slurm.parse import AccountingRow, QueueRow
 from nvrx.slurm.states import ExitStatus, JobState
+
+if TYPE_CHECKING:
+    from nvrx.slurm.client import Slurm
 
 
 @dataclass(frozen=True, slots=True)
