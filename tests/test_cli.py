@@ -287,3 +287,32 @@ def test_a_shared_environment_name_never_breaks_a_command_that_only_reads(
     strict = run("config", "show", env={"HOME": str(tmp_path), "NVRX_WATCH_STORM_CYCLES": "x"},
                  cwd=tmp_path)  # fmt: skip
     assert strict.returncode == 2
+
+
+def test_every_error_of_nvrx_carries_its_exit_code_and_nothing_else_does() -> None:
+    from nvrx.analyze.fr import FrError
+    from nvrx.campaign.errors import JournalError, PoolError
+    from nvrx.chain.shape import ChainError
+    from nvrx.cli import exit_code_of
+    from nvrx.config import ConfigError
+    from nvrx.files import InputError
+    from nvrx.score.model import ScoreError
+    from nvrx.slurm import SlurmError, SlurmUnavailable, SlurmValueError
+    from nvrx.terminal import CommandError
+    from nvrx.watch.fleet import FleetError
+    from nvrx.watch.resolve import WatchBlind
+
+    bad_input = [ConfigError("x"), InputError(Path("f"), "unreadable"), PoolError("x"), JournalError("x"),
+                 ScoreError("x"), SlurmValueError("x"), FrError("x"), ChainError("x"),
+                 FleetError("x"), CommandError("x")]  # fmt: skip
+    assert [exit_code_of(e) for e in bad_input] == [2] * len(bad_input)
+    assert exit_code_of(SlurmError("x")) == exit_code_of(SlurmUnavailable("x")) == 1
+    assert exit_code_of(CommandError("x", 1)) == 1
+    assert exit_code_of(WatchBlind("x")) == 3
+
+    class Foreign(Exception):
+        exit_code = 2
+
+    # Not nvrx's: a bug or a library's error keeps its traceback.
+    assert exit_code_of(Foreign()) is None
+    assert exit_code_of(ValueError("x")) is None

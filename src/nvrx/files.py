@@ -32,6 +32,8 @@ class InputError(Exception):
     file; the command stops with exit 2. `reason` is the line without the file, `errno` the
     OS error's when there was one."""
 
+    exit_code = 2  # bad input
+
     def __init__(self, what: str, path: Path | str, reason: str, errno: int | None = None) -> None:
         super().__init__(f"{what} {path}: {reason}")
         self.reason = reason

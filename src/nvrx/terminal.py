@@ -22,11 +22,14 @@ if TYPE_CHECKING:
 
 
 class CommandError(Exception):
-    """One line for the user and the exit code: 2 bad input (the default), 1 a failure."""
+    """One line for the user and the exit code: 2 bad input (the default), 1 a failure.
+
+    Every error of nvrx carries its exit code (`exit_code`, DESIGN.md's table); `nvrx.cli.main`
+    is the one place that turns an error into its line and its code."""
 
     def __init__(self, message: str, code: int = 2) -> None:
         super().__init__(message)
-        self.code = code
+        self.code = self.exit_code = code
 
 
 @cache

@@ -9,7 +9,7 @@ from nvrx.analyze.logattr import LogAttribution
 from nvrx.config import load_for_command
 from nvrx.contract import write_document
 from nvrx.display import printable
-from nvrx.terminal import CommandError, note
+from nvrx.terminal import note
 
 
 def attribute_file(path: Path) -> LogAttribution:
@@ -27,10 +27,7 @@ def analyze_fr(path: Path, pattern: str, as_json: bool) -> int:
     from nvrx.analyze import fr
 
     load_for_command(None, None, None)  # the site's limits
-    try:
-        result = fr.analyze_path(path, pattern)
-    except fr.FrError as exc:
-        raise CommandError(str(exc)) from None
+    result = fr.analyze_path(path, pattern)
     for line in result.notes:
         note(line)
     if as_json:

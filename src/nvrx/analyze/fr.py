@@ -72,6 +72,8 @@ _ROW_GAP = " " * 32  # the same continuation, one indentation level deeper, in t
 class FrError(ValueError):
     """A dump could not be found, read or understood; one line naming the file."""
 
+    exit_code = 2  # bad input
+
 
 # --- loading ------------------------------------------------------------------------------------
 

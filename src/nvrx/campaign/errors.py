@@ -9,6 +9,8 @@ class CampaignError(ValueError):
     a pool (PoolError), a session or its journal (SessionError, JournalError), a workload
     (WorkloadError), an analyser's setup (AnalyserSetupError)."""
 
+    exit_code = 2  # bad input
+
 
 class PoolError(CampaignError):
     """A pool entry or pool source is invalid."""

@@ -31,11 +31,10 @@ def submit_chain(
     """Submit, extend or cancel a chain; print its summary. `shape_flags` maps each shape
     setting to (flag value or None, flag). Returns the exit code."""
     from nvrx.chain.output import print_report
-    from nvrx.chain.shape import ChainError
     from nvrx.chain.submit import cancel as cancel_chain
     from nvrx.chain.submit import extend as extend_chain
     from nvrx.chain.submit import submit_new
-    from nvrx.slurm import Slurm, SlurmError, SlurmValueError
+    from nvrx.slurm import Slurm
 
     def error(message: str, code: int) -> NoReturn:
         raise CommandError(message, code)  # under --json, nvrx.cli.main prints it as a document
@@ -83,10 +82,6 @@ def submit_chain(
                 argv=sys.argv,
                 progress=progress,
             )
-    except (ChainError, SlurmValueError) as exc:
-        error(str(exc), 2)
-    except SlurmError as exc:
-        error(str(exc), 1)
     except OSError as exc:
         error(f"{exc.filename or 'file'}: {exc.strerror}", 2)
     if report.fault_warning:  # first, and on stderr: neither --json nor a pipe hides it

@@ -18,6 +18,8 @@ from nvrx.slurm.ids import format_array_spec
 class ChainError(Exception):
     """A chain cannot be built or submitted as asked; one line for the user."""
 
+    exit_code = 2  # bad input
+
 
 @dataclass(frozen=True, slots=True)
 class ArrayShape:

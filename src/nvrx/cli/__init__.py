@@ -137,17 +137,14 @@ def root(
 
 
 # Bad input raised wherever it was read: a config error, an input over its cap or unreadable. Looked
-# up in sys.modules: an error class whose module was never imported cannot have been raised, and
-# `nvrx --help` must not import the settings to find out.
-_INPUT_ERRORS = (("nvrx.config.errors", "ConfigError"), ("nvrx.files", "InputError"))
-
-
-def _is_input_error(exc: Exception) -> bool:
-    for module, name in _INPUT_ERRORS:
-        cls = getattr(sys.modules.get(module), name, None)
-        if isinstance(cls, type) and isinstance(exc, cls):
-            return True
-    return False
+# An error of nvrx's carries its exit code (`exit_code`: 2 bad input, 1 a failure, 3 a watcher
+# that cannot see Slurm; DESIGN.md, "Errors"): read off the error, so that `nvrx --help` imports
+# none of the modules that define them.
+def exit_code_of(exc: BaseException) -> int | None:
+    """The exit code an nvrx error carries; None for anything else (a bug: its traceback)."""
+    code = getattr(exc, "exit_code", None)
+    ours = type(exc).__module__.split(".")[0] == "nvrx"
+    return code if ours and isinstance(code, int) and not isinstance(code, bool) else None
 
 
 # Options whose value may be left out (`--html [FILE]`): click has none, so `--html` with no FILE
@@ -201,7 +198,7 @@ def main() -> None:
     line and exit 2, like every other bad input, instead of a framed usage box. A command's
     CommandError, a config error and an unreadable input are one line too, wherever raised."""
     from nvrx.contract import error_document, wants_json
-    from nvrx.terminal import CommandError, error_line
+    from nvrx.terminal import error_line
 
     as_json = wants_json(sys.argv[1:])
 
@@ -225,13 +222,12 @@ def main() -> None:
         if message:  # empty for `nvrx` alone, which has printed the help already
             fail(f"{where}{message} (see --help)", exc.exit_code)
         sys.exit(exc.exit_code)
-    except CommandError as exc:
-        fail(str(exc), exc.code)
     except (KeyboardInterrupt, typer.Abort):
         sys.stderr.write("nvrx: interrupted\n")
         sys.exit(130)
     except Exception as exc:
-        if not _is_input_error(exc):
+        code = exit_code_of(exc)
+        if code is None:
             raise
-        fail(str(exc), 2)
+        fail(str(exc), code)
     sys.exit(code if isinstance(code, int) else 0)

@@ -11,6 +11,8 @@ from nvrx.display import printable
 class ConfigError(Exception):
     """A configuration problem, reported to the user as one line."""
 
+    exit_code = 2  # bad input
+
 
 def cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."

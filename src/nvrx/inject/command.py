@@ -49,7 +49,6 @@ def inject_loop(
 ) -> int:
     """Run (or resume, re-run, re-analyse, list) a campaign. Returns the exit code: 0 done, 1 a
     failure, 3 an experiment unscored after re-analysis, 130 interrupted."""
-    from nvrx.campaign.errors import CampaignError
     from nvrx.campaign.session import Session, SessionState
     from nvrx.inject.analysis import Analyst, Analyzers, Judge
     from nvrx.inject.output import (
@@ -70,9 +69,8 @@ def inject_loop(
     from nvrx.inject.rows import failing_entries
     from nvrx.inject.rows import rows as report_rows
     from nvrx.inject.run import Campaign
-    from nvrx.score.model import ScoreError
     from nvrx.score.run import campaign_judge
-    from nvrx.slurm import Slurm, SlurmError, SlurmValueError
+    from nvrx.slurm import Slurm
 
     if next_ is not None:
         if resume or reanalyze or rerun_failing or pool or iters or dry_run or list_pool:
@@ -102,10 +100,7 @@ def inject_loop(
     entries: list[str] = []
     old: SessionState | None = None  # the journal of the session --rerun-failing re-runs
     if rerun_failing is not None:
-        try:
-            old = Session.open(rerun_failing).state()
-        except CampaignError as exc:
-            raise CommandError(str(exc)) from None
+        old = Session.open(rerun_failing).state()
 
     flags = {
         "inject.pool": (pool, "--pool"),
@@ -121,10 +116,7 @@ def inject_loop(
     cfg = loaded.config.inject
     slurm = Slurm(loaded.config.slurm)
     if old is not None:
-        try:
-            entries = failing_entries(report_rows(old), cfg.stop_dimensions)
-        except CampaignError as exc:
-            raise CommandError(str(exc)) from None
+        entries = failing_entries(report_rows(old), cfg.stop_dimensions)
         if not entries:
             counted = ", ".join(cfg.stop_dimensions)
             stdout().print(
@@ -145,56 +137,51 @@ def inject_loop(
             loaded.config, warn
         )
 
-    try:
-        if reanalyze is not None:
-            session, state = open_session(reanalyze, force)
-            tools = analysis(state.gpus_per_node())
-            assert tools is not None  # --reanalyze refuses --no-analysis
-            analyst = Analyst(session, *tools, cfg.analysis_workers)
-            return reanalyze_session(session, state, analyst, as_json, force, cfg.stop_dimensions)
-        if resume is not None:
-            if extra_args or pool or workload or sbatch_script or list_pool or dry_run:
-                raise CommandError(
-                    "--resume finishes a session as it was planned: it takes no pool, "
-                    "workload, script or sbatch arguments"
-                )
-            session = Session.open(resume)
-            state = session.state()
-            window = campaign_window(loaded, state.info)
-            tools = analysis(state.gpus_per_node())
+    if reanalyze is not None:
+        session, state = open_session(reanalyze, force)
+        tools = analysis(state.gpus_per_node())
+        assert tools is not None  # --reanalyze refuses --no-analysis
+        analyst = Analyst(session, *tools, cfg.analysis_workers)
+        return reanalyze_session(session, state, analyst, as_json, force, cfg.stop_dimensions)
+    if resume is not None:
+        if extra_args or pool or workload or sbatch_script or list_pool or dry_run:
+            raise CommandError(
+                "--resume finishes a session as it was planned: it takes no pool, "
+                "workload, script or sbatch arguments"
+            )
+        session = Session.open(resume)
+        state = session.state()
+        window = campaign_window(loaded, state.info)
+        tools = analysis(state.gpus_per_node())
+    else:
+        if rerun_failing is not None and old is not None:
+            plan = rerun_plan(rerun_failing, old, entries)
+            home = rerun_failing.parent.parent  # beside OLD: the stop condition compares them
+            window = campaign_window(loaded, old.info)
+        elif list_pool:  # the pool alone: listing it needs no sbatch script yet
+            listed = plan_pool(loaded, allow_duplicates=allow_duplicates)
+            note_duplicates(listed.pool.duplicates)
+            return _list_pool(list(listed.pool.experiments), listed.gpus_per_node, as_json)
         else:
-            if rerun_failing is not None and old is not None:
-                plan = rerun_plan(rerun_failing, old, entries)
-                home = rerun_failing.parent.parent  # beside OLD: the stop condition compares them
-                window = campaign_window(loaded, old.info)
-            elif list_pool:  # the pool alone: listing it needs no sbatch script yet
-                listed = plan_pool(loaded, allow_duplicates=allow_duplicates)
-                note_duplicates(listed.pool.duplicates)
-                return _list_pool(list(listed.pool.experiments), listed.gpus_per_node, as_json)
-            else:
-                plan = make_plan(loaded, allow_duplicates=allow_duplicates, extra_args=extra_args)
-                home = Path(cfg.base_experiments_dir)
-                window = campaign_window(loaded)
-            note_duplicates(plan.pool.duplicates)
-            if list_pool:  # with --rerun-failing: the pool the re-run would run
-                return _list_pool(list(plan.pool.experiments), plan.spec.gpus_per_node, as_json)
-            lines = planned_commands(plan, slurm, home)
-            if dry_run:
-                if as_json:
-                    listing = pool_json(list(plan.pool.experiments), plan.spec.gpus_per_node)
-                    for entry, argv in zip(listing["experiments"], lines, strict=True):
-                        entry["sbatch"] = argv
-                    write_document({"dry_run": True, **listing}, 0)
-                    return 0
-                for argv in lines:
-                    stdout().print(f"[dry-run] {shlex.join(argv)}")
+            plan = make_plan(loaded, allow_duplicates=allow_duplicates, extra_args=extra_args)
+            home = Path(cfg.base_experiments_dir)
+            window = campaign_window(loaded)
+        note_duplicates(plan.pool.duplicates)
+        if list_pool:  # with --rerun-failing: the pool the re-run would run
+            return _list_pool(list(plan.pool.experiments), plan.spec.gpus_per_node, as_json)
+        lines = planned_commands(plan, slurm, home)
+        if dry_run:
+            if as_json:
+                listing = pool_json(list(plan.pool.experiments), plan.spec.gpus_per_node)
+                for entry, argv in zip(listing["experiments"], lines, strict=True):
+                    entry["sbatch"] = argv
+                write_document({"dry_run": True, **listing}, 0)
                 return 0
-            tools = analysis(plan.spec.gpus_per_node)
-            session = start_session(plan, loaded, sys.argv, home, window)
-    except (CampaignError, SlurmValueError, ScoreError) as exc:
-        raise CommandError(str(exc)) from None
-    except SlurmError as exc:
-        raise CommandError(str(exc), 1) from None
+            for argv in lines:
+                stdout().print(f"[dry-run] {shlex.join(argv)}")
+            return 0
+        tools = analysis(plan.spec.gpus_per_node)
+        session = start_session(plan, loaded, sys.argv, home, window)
 
     reporter = (
         LiveReporter(stdout())
@@ -258,15 +245,11 @@ def next_iteration(
 ) -> int:
     """`--next SESSION`: the next iteration's pool on stdout (for `--pool "$(...)"`), why on
     stderr."""
-    from nvrx.campaign.errors import CampaignError
     from nvrx.inject.sweep import next_iteration as sweep_next
 
     dimensions = load_for_command(config, env_file, sets).config.inject.stop_dimensions
-    try:
-        open_session(session_dir.resolve(), False)
-        step = sweep_next(session_dir.resolve(), dimensions)
-    except CampaignError as exc:
-        raise CommandError(str(exc)) from None
+    open_session(session_dir.resolve(), False)
+    step = sweep_next(session_dir.resolve(), dimensions)
     stderr().print(f"iteration {step.iteration}: {step.why}")
     if step.entries:
         sys.stdout.write(" ".join(step.entries) + "\n")
@@ -320,15 +303,12 @@ def finish_report(
 ) -> tuple[list[Any], tuple[bool, str]]:
     """Rebuild the session's report from its journal, say where it is; its rows and stop
     condition."""
-    from nvrx.campaign.errors import CampaignError
     from nvrx.inject.report import write_reports
 
     try:
         paths, rows, (met, why) = write_reports(
             session_dir, force=force, **({"dimensions": dimensions} if dimensions else {})
         )
-    except CampaignError as exc:
-        raise CommandError(str(exc)) from None
     except OSError as exc:
         raise CommandError(f"cannot write the report in {session_dir}: {exc.strerror}", 1) from None
     out = stderr() if quiet else stdout()

@@ -22,7 +22,6 @@ def report_command(
     rebuilt from the journal before the report prints."""
     from rich.text import Text
 
-    from nvrx.campaign.errors import CampaignError
     from nvrx.inject import report
     from nvrx.inject import rows as report_rows
     from nvrx.inject.command import open_session
@@ -31,11 +30,8 @@ def report_command(
     from nvrx.score.report import percent, summarise
 
     def open_rows(path: str) -> list[report_rows.Row]:
-        try:
-            open_session(Path(path), force)
-            return report.session_rows(Path(path).resolve(), force=force)
-        except CampaignError as exc:
-            raise CommandError(str(exc)) from None
+        open_session(Path(path), force)
+        return report.session_rows(Path(path).resolve(), force=force)
 
     if args[0] == "diff":
         if html is not None or junit is not None:
@@ -70,12 +66,9 @@ def report_command(
     if len(args) != 1:
         raise CommandError("report takes one session (or: report diff OLD NEW)")
     session_dir = Path(args[0]).resolve()
-    try:
-        open_session(session_dir, force)  # a clear error for what is not a session
-        dimensions = load_for_command(None, None, None).config.inject.stop_dimensions
-        rows, previous, stop = report.with_previous(session_dir, force, dimensions)
-    except CampaignError as exc:
-        raise CommandError(str(exc)) from None
+    open_session(session_dir, force)  # a clear error for what is not a session
+    dimensions = load_for_command(None, None, None).config.inject.stop_dimensions
+    rows, previous, stop = report.with_previous(session_dir, force, dimensions)
     cases, verdicts = [r.case for r in rows], [r.verdict for r in rows]
     inputs = input_paths([session_dir], cases, [])
     outputs: list[Output] = []

@@ -9,7 +9,7 @@ from typing import Any
 
 from nvrx.config import load_for_command
 from nvrx.contract import write_document
-from nvrx.terminal import CommandError, Output, note, stderr, stdout, warn, write_outputs
+from nvrx.terminal import Output, note, stderr, stdout, warn, write_outputs
 
 
 def _score_with_progress(judges: list[Any], cases: list[Any], *, live: bool) -> list[Any]:
@@ -62,7 +62,6 @@ def score_command(
     set_: list[str] | None,
 ) -> int:
     """Score; returns 0 scored and every --min met, 1 a --min not met, 3 some case unscored."""
-    from nvrx.campaign.errors import CampaignError
     from nvrx.score import report
     from nvrx.score.load import (
         Shape,
@@ -93,42 +92,39 @@ def score_command(
         "--iter": iteration,
         "--nodes": nodes,
     }
-    try:
-        thresholds = [t for text in minimum or [] for t in report.Threshold.parse(text)]
-        specs = [JudgeSpec.parse(j) for j in judge] if judge else default_judges(cfg)
-        if targets:
-            if any(v is not None for v in truth_flags.values()) or log_path or log_output:
-                raise ScoreError("give directories or the ground-truth flags, not both")
-            cases = [case for target in targets for case in cases_from_path(target, shape)]
-        else:
-            missing = [flag for flag, v in truth_flags.items() if v is None]
-            if missing:
-                raise ScoreError(
-                    "nothing to score: give session/experiment directories, or "
-                    f"{', '.join(truth_flags)} (missing: {', '.join(missing)})"
-                )
-            assert fault_type is not None and rank is not None
-            assert iteration is not None and nodes is not None
-            cases = [
-                flags_case(
-                    fault_type=fault_type,
-                    rank=rank,
-                    iteration=iteration,
-                    nodes=nodes,
-                    run_valid=parse_bool(run_valid, "--run-valid"),
-                    shape=shape,
-                    log_path=log_path,
-                    log_output=log_output,
-                    fr_output=fr_output,
-                )
-            ]
-        judges = build_judges(
-            specs,
-            cfg,
-            warn=warn,
-        )
-    except (ScoreError, CampaignError) as exc:  # a damaged session or journal, a bad pool
-        raise CommandError(str(exc)) from None
+    thresholds = [t for text in minimum or [] for t in report.Threshold.parse(text)]
+    specs = [JudgeSpec.parse(j) for j in judge] if judge else default_judges(cfg)
+    if targets:
+        if any(v is not None for v in truth_flags.values()) or log_path or log_output:
+            raise ScoreError("give directories or the ground-truth flags, not both")
+        cases = [case for target in targets for case in cases_from_path(target, shape)]
+    else:
+        missing = [flag for flag, v in truth_flags.items() if v is None]
+        if missing:
+            raise ScoreError(
+                "nothing to score: give session/experiment directories, or "
+                f"{', '.join(truth_flags)} (missing: {', '.join(missing)})"
+            )
+        assert fault_type is not None and rank is not None
+        assert iteration is not None and nodes is not None
+        cases = [
+            flags_case(
+                fault_type=fault_type,
+                rank=rank,
+                iteration=iteration,
+                nodes=nodes,
+                run_valid=parse_bool(run_valid, "--run-valid"),
+                shape=shape,
+                log_path=log_path,
+                log_output=log_output,
+                fr_output=fr_output,
+            )
+        ]
+    judges = build_judges(
+        specs,
+        cfg,
+        warn=warn,
+    )
 
     verdicts = _score_with_progress(judges, cases, live=not (as_json or no_progress))
     label = judge_label(judges)

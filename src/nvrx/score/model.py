@@ -56,6 +56,8 @@ Status = Literal["scored", "unscored", "invalid"]
 class ScoreError(ValueError):
     """Bad input to `nvrx score`; one line naming the bad value."""
 
+    exit_code = 2  # bad input
+
 
 def _to_label(value: Any) -> Any:
     # Small models answer `true` (a JSON boolean) or "True" for "true": same meaning.

@@ -85,6 +85,8 @@ def classify(text: str) -> ErrorKind:
 class SlurmError(Exception):
     """A Slurm command failed. Carries the argv, exit code and stderr."""
 
+    exit_code = 1  # a failure: Slurm did not answer or refused
+
     kind: ErrorKind = ErrorKind.PERMANENT
 
     def __init__(
@@ -148,6 +150,8 @@ class SlurmParseError(ValueError):
 
 class SlurmValueError(ValueError):
     """A value that would end up in a Slurm flag is unsafe or malformed."""
+
+    exit_code = 2  # bad input
 
 
 def error_for(kind: ErrorKind) -> type[SlurmError]:

@@ -97,7 +97,7 @@ def list_detectors() -> None:
 
 
 def _blind(message: str, as_json: bool) -> int:
-    """A pass that saw nothing: one line (and a JSON object with --json), exit 1."""
+    """A pass that saw nothing: one line (and a JSON object with --json), exit 3."""
     from nvrx.contract import UNJUDGED, write_document
 
     sys.stderr.write(f"nvrx: watch: {printable(message)}\n")
@@ -218,13 +218,10 @@ def fleet_watch(
     from nvrx.watch.fleetview import fleet_json, fleet_lines
     from nvrx.watch.output import print_lines
 
-    try:
-        dirs = discover([Path(p) for p in request.targets], settings.fleet_depth)
-        if request.mine and slurm is None:
-            raise FleetError("--mine asks Slurm for your chains: not with --platform none")
-        jobs = my_chains(slurm) if request.mine and slurm is not None else []
-    except FleetError as exc:
-        raise CommandError(str(exc)) from None
+    dirs = discover([Path(p) for p in request.targets], settings.fleet_depth)
+    if request.mine and slurm is None:
+        raise FleetError("--mine asks Slurm for your chains: not with --platform none")
+    jobs = my_chains(slurm) if request.mine and slurm is not None else []
     if not dirs and not jobs:
         # Nothing to watch is an answer, not bad input: a cron job of --mine must not fail
         # because the user has no chain running today.
@@ -288,7 +285,7 @@ def watch(
     from nvrx.watch.detectors import DETECTORS
     from nvrx.watch.detectors.fleet import FLEET_DETECTORS
     from nvrx.watch.output import pass_json, pass_lines
-    from nvrx.watch.resolve import Overrides, WatchBlind, WatchError, resolve
+    from nvrx.watch.resolve import Overrides, WatchBlind, resolve
     from nvrx.watch.run import Watcher
 
     loaded = load_for_command(config, env_file, sets, flags)
@@ -327,10 +324,8 @@ def watch(
             try:
                 target = resolve(over, slurm, settings, dry_run=request.dry_run)
             except WatchBlind as exc:
-                # Slurm does not answer: blind (exit 1), not misconfigured; a loop retries.
+                # Slurm does not answer: blind (exit 3), not misconfigured; a loop retries.
                 return _blind(str(exc), request.as_json), False
-            except WatchError as exc:
-                raise CommandError(str(exc)) from None
             watcher = Watcher(
                 target,
                 settings,

@@ -38,9 +38,13 @@ _SCRIPT_CAP = 1024 * 1024
 class WatchError(Exception):
     """The watch cannot start as asked; one line for the user."""
 
+    exit_code = 2  # bad input
+
 
 class WatchBlind(WatchError):
     """Slurm could not be asked while resolving: the pass is blind, not misconfigured."""
+
+    exit_code = 3  # the watcher cannot see Slurm: never healthy
 
 
 @dataclass(frozen=True)
