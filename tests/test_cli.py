@@ -302,7 +302,7 @@ def test_every_error_of_nvrx_carries_its_exit_code_and_nothing_else_does() -> No
     from nvrx.watch.fleet import FleetError
     from nvrx.watch.resolve import WatchBlind
 
-    bad_input = [ConfigError("x"), InputError(Path("f"), "unreadable"), PoolError("x"), JournalError("x"),
+    bad_input = [ConfigError("x"), InputError("log", Path("f"), "unreadable"), PoolError("x"), JournalError("x"),
                  ScoreError("x"), SlurmValueError("x"), FrError("x"), ChainError("x"),
                  FleetError("x"), CommandError("x")]  # fmt: skip
     assert [exit_code_of(e) for e in bad_input] == [2] * len(bad_input)
