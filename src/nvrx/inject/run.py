@@ -85,7 +85,8 @@ def job_name(session_id: str, index: int) -> str:
 
 
 def experiment_options(spec: CampaignSpec, session: Session, record: Record) -> SubmitOptions:
-    """The sbatch options of one experiment (upstream §6), every value validated."""
+    """The sbatch options of one experiment (as upstream's launcher sets them), every value
+    validated."""
     e = record.experiment
     logs = str(record.dir / "logs" / "slurm").replace("%", "%%")
     exports = {

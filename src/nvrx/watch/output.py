@@ -11,6 +11,7 @@ from nvrx.contract import SCHEMA
 from nvrx.display import printable
 from nvrx.junit import TestCase, junit_xml
 from nvrx.slurm.hostlist import compress
+from nvrx.watch.detectors.common import iso_time
 from nvrx.watch.goodput import CATEGORIES, NOT_READ, SOURCES, Goodput, span_text
 from nvrx.watch.model import Finding, Severity
 from nvrx.watch.run import PassResult
@@ -25,10 +26,6 @@ SEVERITY_STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Sev
 # A pass's (or a chain's) state word (`PassResult.state`), as the screen styles it.
 STATE_STYLE = {"critical": "bold red", "blind": "yellow", "warning": "yellow", "info": "cyan",
                "ok": "green"}  # fmt: skip
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None
 
 
 def age_seconds(now: datetime, then: datetime | None) -> float | None:
@@ -89,7 +86,7 @@ def pass_json(result: PassResult) -> dict[str, Any]:
                         "task": task,
                         "node": d.name,
                         "state": d.state,
-                        "since": _iso(d.since),
+                        "since": iso_time(d.since),
                         "reason": d.reason,
                     }
                     for gen, task, d in platform.drained_in_use()
@@ -108,7 +105,7 @@ def pass_json(result: PassResult) -> dict[str, Any]:
                     {
                         "job_id": e.job_id,
                         "state": e.state.value,
-                        "end": _iso(e.end),
+                        "end": iso_time(e.end),
                         "exit": str(e.exit) if e.exit else None,
                         "no_restart": e.no_restart,
                     }
@@ -123,8 +120,8 @@ def pass_json(result: PassResult) -> dict[str, Any]:
             else {
                 "key": latest.key,
                 "cycle_number": latest.cycle_number,
-                "start": _iso(latest.start),
-                "end": _iso(latest.end),
+                "start": iso_time(latest.start),
+                "end": iso_time(latest.end),
                 "age_seconds": age_seconds(now, latest.start),
                 "active_nodes": compress(latest.active_nodes),
                 "standby_nodes": compress(latest.standby_nodes),
@@ -132,9 +129,9 @@ def pass_json(result: PassResult) -> dict[str, Any]:
             "checkpoint": {
                 "path": ckpt.path,
                 "value": ckpt.value,
-                "mtime": _iso(ckpt.mtime),
+                "mtime": iso_time(ckpt.mtime),
                 "age_seconds": age_seconds(now, ckpt.mtime),
-                "first_seen": _iso(ckpt.first_seen),
+                "first_seen": iso_time(ckpt.first_seen),
                 "save_interval_seconds": ckpt.save_interval_seconds,
                 "error": ckpt.error,
                 "released": ckpt.released,

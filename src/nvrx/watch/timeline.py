@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from nvrx.htmlpage import document, escape
 from nvrx.slurm.hostlist import compress
+from nvrx.watch.detectors.common import utc_text
 from nvrx.watch.goodput import CATEGORIES, Goodput, span_text
 from nvrx.watch.model import CycleInfo, Finding, Severity
 
@@ -60,11 +61,6 @@ table.good{border-collapse:collapse;font-size:13px}
 table.good td,table.good th{padding:2px 10px;text-align:left;border-bottom:1px solid #eee}
 table.good td.n{text-align:right}
 """
-
-
-def _when(t: datetime) -> str:
-    """The page's one time format: UTC, to the second."""
-    return f"{t.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
 
 
 def _nodes(cycles: list[CycleInfo]) -> list[str]:
@@ -136,8 +132,8 @@ def _timeline(
     for c in cycles:
         x0, x1 = pct(c.start), pct(c.end or now)
         tip = escape(
-            f"generation {c.job_id}, cycle {c.key}: {_when(c.start)} → "
-            f"{_when(c.end) if c.end else 'open'} on {compress(c.active_nodes)}"
+            f"generation {c.job_id}, cycle {c.key}: {utc_text(c.start)} → "
+            f"{utc_text(c.end) if c.end else 'open'} on {compress(c.active_nodes)}"
         )
         open_ = " open" if c.end is None else ""
         # One bar per run of adjacent node rows: a cycle on 64 neighbouring nodes is one bar.
@@ -246,13 +242,13 @@ def timeline_page(result: PassResult) -> str:
     body = [f"<h1>nvrx watch timeline: {escape(name)}</h1>"]
     body.append(
         # The pass's state word, as on the screen (an exit code means nothing to a reader).
-        f"<p><b>{escape(result.state.upper())}</b>: seen {_when(snap.observed_at)} "
+        f"<p><b>{escape(result.state.upper())}</b>: seen {utc_text(snap.observed_at)} "
         f"from {escape(snap.host)}"
         f"{' (blind: the watcher could not see everything)' if result.degraded else ''}.</p>"
     )
     ckpt = snap.checkpoint
     if ckpt.value is not None:
-        when = f", written {_when(ckpt.mtime)}" if ckpt.mtime else ""
+        when = f", written {utc_text(ckpt.mtime)}" if ckpt.mtime else ""
         body.append(f"<p>Checkpoint: iteration {escape(ckpt.value)}{escape(when)}.</p>")
     body.append(_goodput(result.goodput))
     if not cycles:

@@ -55,7 +55,7 @@ DETECTORS: dict[str, Detector] = {
     "chain_not_cancelled": chain_not_cancelled,
     "generation_churn": generation_churn,
     "drained_node_in_use": drained_node_in_use,
-    # §5.2 anomaly detectors
+    # anomaly detectors (of the cycles)
     "restart_storm": restart_storm,
     "stalled_progress": stalled_progress,
     "cycle_stalled": cycle_stalled,
@@ -63,7 +63,7 @@ DETECTORS: dict[str, Detector] = {
     "spares_exhausted": spares_exhausted,
     "suspect_node": suspect_node,
     "counter_regressed": counter_regressed,
-    # §5.3 observer findings
+    # observer findings (of the watcher itself)
     "watch_blind": watch_blind,
 }
 

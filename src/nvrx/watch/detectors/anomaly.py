@@ -13,17 +13,17 @@ from datetime import datetime
 from nvrx.config import WatchSettings
 from nvrx.slurm.hostlist import compress
 from nvrx.watch.detectors.common import (
-    _EPS,
-    _age,
-    _current_live,
-    _duration,
-    _duration_until,
-    _human,
-    _iso,
-    _queue,
-    _queue_gate,
-    _when,
+    EPS,
+    current_live,
+    cycle_seconds,
     drain_state,
+    human_seconds,
+    iso_time,
+    queue_gate,
+    queue_read,
+    seconds_running,
+    seconds_since,
+    utc_text,
 )
 from nvrx.watch.model import CycleInfo, DrainNode, Finding, Severity, Snapshot, to_us
 
@@ -48,7 +48,7 @@ def restart_storm(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     if job is None:
         return []
     last_start = snap.cycles.last_start_of(job)
-    if last_start is None or _age(snap.observed_at, last_start) > cfg.storm_window:
+    if last_start is None or seconds_since(snap.observed_at, last_start) > cfg.storm_window:
         return []  # nothing started within the window (and no record was built to see it)
     cycles = snap.cycles_of(job)
     latest = snap.latest
@@ -57,9 +57,9 @@ def restart_storm(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     if cfg.healthy_cycle_seconds > 0:
         for cycle in cycles:
             if cycle.end is not None:
-                healthy, ended = _duration(cycle) >= cfg.healthy_cycle_seconds, cycle.end
+                healthy, ended = cycle_seconds(cycle) >= cfg.healthy_cycle_seconds, cycle.end
             elif cycle is latest:
-                healthy = _age(snap.observed_at, cycle.start) >= cfg.healthy_cycle_seconds
+                healthy = seconds_since(snap.observed_at, cycle.start) >= cfg.healthy_cycle_seconds
                 ended = snap.observed_at
             else:
                 continue
@@ -68,14 +68,14 @@ def restart_storm(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     counted = [
         c
         for c in cycles
-        if _age(snap.observed_at, c.start) <= cfg.storm_window
+        if seconds_since(snap.observed_at, c.start) <= cfg.storm_window
         and (reset_at is None or c.start >= reset_at)
     ]
     if len(counted) < cfg.storm_cycles:
         return []
     first, last = counted[0], counted[-1]
     reset_note = (
-        f"; counter reset at {_when(reset_at)} after healthy cycle {reset_by.key}"
+        f"; counter reset at {utc_text(reset_at)} after healthy cycle {reset_by.key}"
         if reset_by is not None
         else ""
     )
@@ -86,12 +86,12 @@ def restart_storm(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
             key=f"nvrx-restart-storm-{job}",
             summary=(
                 f"restart storm: {len(counted)} cycles of job {job} started in the last "
-                f"{_human(cfg.storm_window)}"
+                f"{human_seconds(cfg.storm_window)}"
             ),
             detail=(
-                f"cycles {first.key} … {last.key} started between {_when(first.start)} and "
-                f"{_when(last.start)}; threshold {cfg.storm_cycles} cycles in "
-                f"{_human(cfg.storm_window)}{reset_note}"
+                f"cycles {first.key} … {last.key} started between {utc_text(first.start)} and "
+                f"{utc_text(last.start)}; threshold {cfg.storm_cycles} cycles in "
+                f"{human_seconds(cfg.storm_window)}{reset_note}"
             ),
             runbook=(
                 "The job keeps restarting: read the latest cycle logs and attribution for a "
@@ -104,7 +104,7 @@ def restart_storm(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
                 "cycle_keys": [c.key for c in counted],
                 "storm_cycles": cfg.storm_cycles,
                 "storm_window": cfg.storm_window,
-                "reset_at": _iso(reset_at),
+                "reset_at": iso_time(reset_at),
             },
         )
     ]
@@ -119,8 +119,8 @@ def _save_interval_note(durations: Sequence[float], save_interval: float | None)
         return None
     return (
         f"cycles are shorter than the checkpoint save interval (median cycle "
-        f"{_human(median)} < save interval {_human(save_interval)}), so they can never advance "
-        f"the checkpoint"
+        f"{human_seconds(median)} < save interval {human_seconds(save_interval)}), so they can "
+        f"never advance the checkpoint"
     )
 
 
@@ -138,7 +138,7 @@ def stalled_progress(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     the checkpoint.
     """
     job = snap.current_job
-    if job is None or not _queue_gate(snap, job):
+    if job is None or not queue_gate(snap, job):
         return []
     # (index, start, end) of the completed cycles, from the columns: records only for evidence.
     completed = [(i, s, e) for i, s, e in snap.cycles.times_of(job) if e is not None]
@@ -229,16 +229,16 @@ def stalled_progress(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
                 f"past iteration {ckpt.value}" + (f"; {note}" if note else "")
             ),
             detail=(
-                f"checkpoint iteration {ckpt.value} unchanged since {_when(since)}; "
+                f"checkpoint iteration {ckpt.value} unchanged since {utc_text(since)}; "
                 f"{len(stuck)} completed cycles started since then (threshold "
-                f"{cfg.stall_cycles}), median cycle {_human(median)}"
+                f"{cfg.stall_cycles}), median cycle {human_seconds(median)}"
                 + (f"; {note}" if note else "")
             ),
             runbook=runbook,
             evidence={
                 "job": job,
                 "checkpoint_value": ckpt.value,
-                "since": _iso(since),
+                "since": iso_time(since),
                 "stalled_cycles": len(stuck),
                 "cycle_keys": [c.key for c in stuck],
                 "stall_cycles": cfg.stall_cycles,
@@ -268,30 +268,30 @@ def cycle_stalled(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     gives a negative age and never fires.
     """
     latest = snap.latest
-    if latest is None or latest.end is not None or not _queue_gate(snap, latest.job_id):
+    if latest is None or latest.end is not None or not queue_gate(snap, latest.job_id):
         return []
     mtime = snap.checkpoint.mtime
     ref = last_progress(snap)
     assert ref is not None
     by_checkpoint = ref is mtime
-    quiet = _age(snap.observed_at, ref)
+    quiet = seconds_since(snap.observed_at, ref)
     if quiet < cfg.stall_seconds:
         return []
     basis = "checkpoint update" if by_checkpoint else "cycle start"
-    open_for = _age(snap.observed_at, latest.start)
+    open_for = seconds_since(snap.observed_at, latest.start)
     return [
         Finding(
             detector="cycle_stalled",
             severity=Severity.CRITICAL,
             key=f"nvrx-cycle-stalled-{latest.key}",
             summary=(
-                f"cycle {latest.key} has run {_human(open_for)} with no checkpoint in the "
-                f"last {_human(quiet)}: training may be hung"
+                f"cycle {latest.key} has run {human_seconds(open_for)} with no checkpoint in the "
+                f"last {human_seconds(quiet)}: training may be hung"
             ),
             detail=(
-                f"cycle started {_when(latest.start)}, checkpoint mtime "
-                f"{_when(mtime) or 'unknown'}; {_human(quiet)} since the last {basis} "
-                f"(stall_seconds {_human(cfg.stall_seconds)})"
+                f"cycle started {utc_text(latest.start)}, checkpoint mtime "
+                f"{utc_text(mtime) or 'unknown'}; {human_seconds(quiet)} since the last {basis} "
+                f"(stall_seconds {human_seconds(cfg.stall_seconds)})"
             ),
             runbook=(
                 "Look at the cycle log and the processes on the active nodes (hang, NCCL wait, "
@@ -300,8 +300,8 @@ def cycle_stalled(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
             ),
             evidence={
                 "cycle": latest.key,
-                "cycle_start": _iso(latest.start),
-                "checkpoint_mtime": _iso(mtime),
+                "cycle_start": iso_time(latest.start),
+                "checkpoint_mtime": iso_time(mtime),
                 "seconds_quiet": quiet,
                 "stall_seconds": cfg.stall_seconds,
             },
@@ -317,10 +317,10 @@ def restart_budget_low(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     """
     budget = snap.chain.max_restarts
     latest = snap.latest
-    if budget is None or latest is None or not _current_live(snap):
+    if budget is None or latest is None or not current_live(snap):
         return []
     threshold = budget * cfg.budget_fraction
-    if latest.cycle_number < threshold - _EPS:
+    if latest.cycle_number < threshold - EPS:
         return []
     left = max(budget - latest.cycle_number, 0)
     return [
@@ -361,11 +361,11 @@ def spares_exhausted(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     queue when a platform is configured: silent when blind.
     """
     latest = snap.latest
-    if latest is None or latest.standby_nodes or not _current_live(snap):
+    if latest is None or latest.standby_nodes or not current_live(snap):
         return []
     pending = None
     if snap.platform is not None:
-        platform = _queue(snap)
+        platform = queue_read(snap)
         if platform is None:
             return []
         generation = platform.generation(latest.job_id)
@@ -421,7 +421,7 @@ def suspect_node(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     if (
         latest is not None
         and latest.end is None
-        and (_duration_until(latest, snap.observed_at) >= cfg.short_cycle_seconds)
+        and (seconds_running(latest, snap.observed_at) >= cfg.short_cycle_seconds)
     ):
         return []  # the current cycle has outlived the short ones: the suspicion is stale
     # The trailing run from the columns; records only for the cycles whose nodes are compared.
@@ -444,7 +444,7 @@ def suspect_node(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     nodes = tuple(sorted(common))
     named = compress(nodes)  # a tuple: remembered, and chains on the same nodes are many
     keys = [c.key for c in window]
-    durations = [_duration(c) for c in window]
+    durations = [cycle_seconds(c) for c in window]
     what = f"node {named} was" if len(nodes) == 1 else f"{len(nodes)} nodes ({named}) were"
     drain_text, drained = drain_state(snap, nodes)
     # The action, only when asked for: one node, known not to be drained yet, and not every
@@ -470,8 +470,9 @@ def suspect_node(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
                 f"(correlation only; {drain_text})"
             ),
             detail=(
-                f"cycles {', '.join(keys)} each ran < {_human(cfg.short_cycle_seconds)} "
-                f"({', '.join(_human(d) for d in durations)}); {len(run)} short cycles in a row"
+                f"cycles {', '.join(keys)} each ran < {human_seconds(cfg.short_cycle_seconds)} "
+                f"({', '.join(human_seconds(d) for d in durations)}); "
+                f"{len(run)} short cycles in a row"
             ),
             runbook=(
                 "Correlation, not proof: check the nodes' health (dmesg, XID, GPU/NIC errors) "

@@ -5,13 +5,13 @@ from __future__ import annotations
 from nvrx.config import WatchSettings
 from nvrx.slurm.parse import DrainedNode
 from nvrx.watch.detectors.common import (
-    _age,
-    _cancel_chain_hint,
-    _chain_label,
-    _human,
-    _iso,
-    _queue,
-    _when,
+    cancel_chain_hint,
+    chain_label,
+    human_seconds,
+    iso_time,
+    queue_read,
+    seconds_since,
+    utc_text,
 )
 from nvrx.watch.model import CancelPending, Finding, Severity, Snapshot, ended_cleanly
 
@@ -24,7 +24,7 @@ def orphaned_generation(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     UNKNOWN answer is unknown, never "gone"), AND `observed_at - end >= grace` (an unknown end
     still fires; an end in the future does not). The one action: `scancel --state=PENDING <gen>`.
     """
-    platform = _queue(snap)
+    platform = queue_read(snap)
     if platform is None:
         return []
     findings = []
@@ -34,11 +34,13 @@ def orphaned_generation(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
         ending = platform.ending(generation.job_id)
         if ending is None or not ending.state.is_terminal:
             continue
-        since_end = _age(snap.observed_at, ending.end) if ending.end is not None else None
+        since_end = seconds_since(snap.observed_at, ending.end) if ending.end is not None else None
         if since_end is not None and since_end < cfg.grace:
             continue
         gen = generation.job_id
-        ended = f"ended {_human(since_end)} ago" if since_end is not None else "end time unknown"
+        ended = (
+            f"ended {human_seconds(since_end)} ago" if since_end is not None else "end time unknown"
+        )
         findings.append(
             Finding(
                 detector="orphaned_generation",
@@ -50,7 +52,8 @@ def orphaned_generation(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
                 ),
                 detail=(
                     f"task 0 of {gen} is not in the queue; accounting says {ending.state.value} "
-                    f"(exit {ending.exit or 'unknown'}), {ended} (grace {_human(cfg.grace)}); "
+                    f"(exit {ending.exit or 'unknown'}), {ended} "
+                    f"(grace {human_seconds(cfg.grace)}); "
                     f"{generation.pending} pending task(s) will hold the chain's name and may "
                     f"start training without a task 0"
                 ),
@@ -62,7 +65,7 @@ def orphaned_generation(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
                 evidence={
                     "generation": gen,
                     "task0_state": ending.state.value,
-                    "task0_end": _iso(ending.end),
+                    "task0_end": iso_time(ending.end),
                     "seconds_since_end": since_end,
                     "pending": generation.pending,
                     "grace": cfg.grace,
@@ -80,12 +83,12 @@ def chain_exhausted(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     checkpoint reached the training's last iteration, critical when it is known to fall short
     (the chain ran out of generations), else a warning (it cannot tell which).
     """
-    platform = _queue(snap)
+    platform = queue_read(snap)
     if platform is None or not snap.chain.expect_running:
         return []
     if any(g.live for g in platform.generations):
         return []
-    name = _chain_label(snap.chain)
+    name = chain_label(snap.chain)
     last = snap.current_job
     # Say how it ended when accounting knows: the no-restart verdict is the usual, deliberate,
     # end of a chain (the operator must fix the cause, not just resubmit).
@@ -156,7 +159,7 @@ def chain_not_cancelled(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     `chain.no_restart_exit_code`) while ANOTHER generation of the chain still has a live task
     (queued or running). Needs the queue. No action: the detail suggests cancelling the rest.
     """
-    platform = _queue(snap)
+    platform = queue_read(snap)
     if platform is None:
         return []
     code = snap.chain.no_restart_exit_code
@@ -178,7 +181,7 @@ def chain_not_cancelled(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
         if not others:
             continue
         ids = [g.job_id for g in others]
-        hint = _cancel_chain_hint(snap.chain)
+        hint = cancel_chain_hint(snap.chain)
         findings.append(
             Finding(
                 detector="chain_not_cancelled",
@@ -191,7 +194,7 @@ def chain_not_cancelled(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
                 detail=(
                     f"task 0 of {ending.job_id} ended {ending.state.value} (exit "
                     f"{ending.exit or 'unknown'}, no-restart code {code}) at "
-                    f"{_when(ending.end) or 'unknown time'}; the chain's cancel did not happen. "
+                    f"{utc_text(ending.end) or 'unknown time'}; the chain's cancel did not happen. "
                     f"Cancel the rest of the chain: {hint}"
                 ),
                 runbook=(
@@ -202,7 +205,7 @@ def chain_not_cancelled(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
                     "generation": ending.job_id,
                     "exit": str(ending.exit) if ending.exit is not None else None,
                     "no_restart_exit_code": code,
-                    "end": _iso(ending.end),
+                    "end": iso_time(ending.end),
                     "live_generations": ids,
                     "suggested": hint,
                 },
@@ -225,11 +228,11 @@ def generation_churn(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     recent = [
         e
         for e in platform.endings
-        if e.end is not None and _age(snap.observed_at, e.end) <= cfg.churn_window
+        if e.end is not None and seconds_since(snap.observed_at, e.end) <= cfg.churn_window
     ]
     if len(recent) <= cfg.max_generations_per_window:
         return []
-    name = _chain_label(snap.chain)
+    name = chain_label(snap.chain)
     recent.sort(key=lambda e: e.end or snap.observed_at)
     states: dict[str, int] = {}
     for e in recent:
@@ -242,7 +245,7 @@ def generation_churn(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
             key=f"nvrx-generation-churn-{name}",
             summary=(
                 f"{len(recent)} generations of {name} ended in the last "
-                f"{_human(cfg.churn_window)} (more than {cfg.max_generations_per_window})"
+                f"{human_seconds(cfg.churn_window)} (more than {cfg.max_generations_per_window})"
             ),
             detail=(
                 f"task-0 endings: {mix}; generations "
@@ -272,7 +275,7 @@ def drained_node_in_use(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     task out at its next rendezvous (docs/submit-chain.md); until then it trains on a node an
     admin or a health check has given up on. Silent when the queue or sinfo could not be read.
     """
-    platform = _queue(snap)
+    platform = queue_read(snap)
     if platform is None:
         return []
     by_generation: dict[str, list[tuple[int, DrainedNode]]] = {}
@@ -284,7 +287,7 @@ def drained_node_in_use(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
         def since(d: DrainedNode) -> str:
             if d.since is None:
                 return "since an unknown time"
-            return f"for {_human(_age(snap.observed_at, d.since))}"
+            return f"for {human_seconds(seconds_since(snap.observed_at, d.since))}"
 
         parts = [
             f"{d.name} (task {task}, {d.state} {since(d)}"
@@ -317,9 +320,11 @@ def drained_node_in_use(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
                             "node": d.name,
                             "task": task,
                             "state": d.state,
-                            "since": _iso(d.since),
+                            "since": iso_time(d.since),
                             "seconds_drained": (
-                                _age(snap.observed_at, d.since) if d.since is not None else None
+                                seconds_since(snap.observed_at, d.since)
+                                if d.since is not None
+                                else None
                             ),
                             "reason": d.reason,
                         }

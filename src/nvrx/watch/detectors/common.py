@@ -14,28 +14,28 @@ Detector = Callable[[Snapshot, WatchSettings], list[Finding]]
 
 # Float thresholds (max_restarts × budget_fraction) are compared with this slack, so that
 # 25 × 0.28 = 7.000000000000001 still counts cycle 7.
-_EPS = 1e-9
+EPS = 1e-9
 
 
 # --- helpers -----------------------------------------------------------------------------------
 
 
-def _age(now: datetime, then: datetime) -> float:
+def seconds_since(now: datetime, then: datetime) -> float:
     """Seconds from `then` to `now` (negative when `then` is in the future)."""
     return (now - then).total_seconds()
 
 
-def _iso(t: datetime | None) -> str | None:
+def iso_time(t: datetime | None) -> str | None:
     """A time in a finding's evidence (for programs): ISO 8601."""
     return t.isoformat() if t is not None else None
 
 
-def _when(t: datetime | None) -> str | None:
+def utc_text(t: datetime | None) -> str | None:
     """A time in a finding's text (for people): UTC to the second, as every screen and page."""
     return f"{t.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if t is not None else None
 
 
-def _human(seconds: float) -> str:
+def human_seconds(seconds: float) -> str:
     """`95 s`, `12.5 min`, `3.2 h`: short enough for a one-line summary."""
     if abs(seconds) < 120:
         return f"{seconds:.0f} s"
@@ -44,22 +44,22 @@ def _human(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _duration(cycle: CycleInfo) -> float:
+def cycle_seconds(cycle: CycleInfo) -> float:
     """Seconds a completed cycle ran."""
     assert cycle.end is not None
     return (cycle.end - cycle.start).total_seconds()
 
 
-def _duration_until(cycle: CycleInfo, now: datetime) -> float:
+def seconds_running(cycle: CycleInfo, now: datetime) -> float:
     return (now - cycle.start).total_seconds()
 
 
-def _chain_label(chain: ChainRef) -> str:
+def chain_label(chain: ChainRef) -> str:
     """The chain's name for keys and messages (the name is what Slurm knows it by)."""
     return chain.name or chain.chain_id or "unnamed"
 
 
-def _queue(snap: Snapshot) -> Platform | None:
+def queue_read(snap: Snapshot) -> Platform | None:
     """The platform when the queue was read this pass; None with `--platform none` or when blind."""
     platform = snap.platform
     if platform is None or not platform.queue_ok:
@@ -67,7 +67,7 @@ def _queue(snap: Snapshot) -> Platform | None:
     return platform
 
 
-def _queue_gate(snap: Snapshot, job: str) -> bool:
+def queue_gate(snap: Snapshot, job: str) -> bool:
     """The anomaly detectors' platform gate: does `job` still have a live task?
 
     True with `--platform none` (cycle files only, no gate). False when the queue could not be
@@ -82,10 +82,10 @@ def _queue_gate(snap: Snapshot, job: str) -> bool:
     return generation is not None and generation.live
 
 
-def _cancel_chain_hint(chain: ChainRef) -> str:
+def cancel_chain_hint(chain: ChainRef) -> str:
     if chain.work_dir:
         return f"nvrx submit-chain --cancel --work-dir {chain.work_dir}"
-    hint = f"scancel --state=PENDING --name={_chain_label(chain)}"
+    hint = f"scancel --state=PENDING --name={chain_label(chain)}"
     if chain.user:
         hint += f" --user={chain.user}"
     return hint
@@ -138,11 +138,13 @@ def unseen_job(snap: Snapshot) -> str | None:
         return None
     window = platform.accounting_window
     last_sign = latest.end or latest.start
-    return job if window is not None and _age(snap.observed_at, last_sign) <= window else None
+    return (
+        job if window is not None and seconds_since(snap.observed_at, last_sign) <= window else None
+    )
 
 
-def _current_live(snap: Snapshot) -> bool:
+def current_live(snap: Snapshot) -> bool:
     """The current generation still runs (always true without a platform: cycles only).
     Findings about a generation's spares or restart budget stand down once it has ended."""
     job = snap.current_job
-    return job is not None and (snap.platform is None or _queue_gate(snap, job))
+    return job is not None and (snap.platform is None or queue_gate(snap, job))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nvrx.config import WatchSettings
-from nvrx.watch.detectors.common import _age, _chain_label, _human, unseen_job
+from nvrx.watch.detectors.common import chain_label, human_seconds, seconds_since, unseen_job
 from nvrx.watch.model import Finding, Severity, Snapshot
 
 
@@ -33,13 +33,13 @@ def watch_blind(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
         latest = snap.latest
         assert latest is not None
         who = f"name {snap.chain.name!r}" + (f", user {snap.chain.user}" if snap.chain.user else "")
-        window = _human(snap.platform.accounting_window or 0.0) if snap.platform else "?"
+        window = human_seconds(snap.platform.accounting_window or 0.0) if snap.platform else "?"
         blind.append(
             (
                 f"Slurm knows no job {unseen} of {who}",
                 f"squeue and sacct (the last {window}) list none, yet cycle {latest.key} "
                 f"{'opened' if latest.end is None else 'ended'} "
-                f"{_human(_age(snap.observed_at, latest.end or latest.start))} ago",
+                f"{human_seconds(seconds_since(snap.observed_at, latest.end or latest.start))} ago",
                 "unseen-",
                 "every detector that needs the queue sees no job",
                 "Check the job name and user the watcher is given (--job-name, --user, the "
@@ -99,7 +99,7 @@ def counter_regressed(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     Rolled-back checkpoints and removed or rewritten cycle files change what every other
     detector concludes (stall windows, storm counts), so they are said, not absorbed.
     """
-    chain = _chain_label(snap.chain)
+    chain = chain_label(snap.chain)
     out = []
     for drop in snap.counter_drops:
         if drop.counter == "checkpoint":
