@@ -990,7 +990,7 @@ def test_a_file_that_grows_while_being_read_is_not_half_read(
     assert data == path.read_bytes()
 
 
-def seconds_since(path: Path, seconds: int = 3600) -> None:
+def backdate(path: Path, seconds: int = 3600) -> None:
     old = time.time_ns() - seconds * 1_000_000_000
     os.utime(path, ns=(old, old))
 
@@ -1007,8 +1007,8 @@ def aged_files(directory: Path, n: int, *, closed: bool = False) -> list[Path]:
     else:
         files = make_files(directory, n)
     for path in files:
-        seconds_since(path)
-    seconds_since(directory)
+        backdate(path)
+    backdate(directory)
     return files
 
 
@@ -1056,7 +1056,7 @@ def test_an_open_cycle_rewritten_in_place_is_seen_although_its_directory_was_cac
     closed = json.loads(path.read_text())
     closed["cycle_end_time"] = "2025-02-05T11:00:00.000000Z"
     path.write_text(json.dumps(closed, indent=2))  # in place: the directory does not change
-    seconds_since(tmp_path / "d")
+    backdate(tmp_path / "d")
     (after,), _, _ = read_cycles([str(tmp_path / "d")], CycleCache(cache_path))
     assert after.end is not None
 
@@ -1137,9 +1137,9 @@ def generations(root: Path, jobs: Sequence[str], per_job: int = 3) -> str:
             begin = datetime(2025, 2, 5, 10, tzinfo=UTC) + timedelta(
                 minutes=max(10, 2 * per_job) * g + 2 * i
             )
-            seconds_since(write(directory, job=job, cycle=i, start=f"{begin:%Y-%m-%dT%H:%M:%SZ}",
+            backdate(write(directory, job=job, cycle=i, start=f"{begin:%Y-%m-%dT%H:%M:%SZ}",
                        end=f"{begin + timedelta(minutes=1):%Y-%m-%dT%H:%M:%SZ}", generation="1"))  # fmt: skip
-        seconds_since(directory)
+        backdate(directory)
     return str(root / "*" / "cycle_infos" / "cycle_info.*")
 
 
@@ -1225,9 +1225,9 @@ def test_unchanged_directories_holding_one_job_are_merged_and_deduplicated_like_
     each key and say so, exactly as the first pass did."""
     for name in ("a", "b"):
         for i in range(2):
-            seconds_since(write(tmp_path / name, job="7", cycle=i, start=f"2025-02-05T10:0{i}:00Z",
+            backdate(write(tmp_path / name, job="7", cycle=i, start=f"2025-02-05T10:0{i}:00Z",
                        end=f"2025-02-05T10:0{i}:30Z", generation="1"))  # fmt: skip
-        seconds_since(tmp_path / name)
+        backdate(tmp_path / name)
     patterns = [str(tmp_path / "a"), str(tmp_path / "b")]
     cache_path = tmp_path / "cache.json"
     cold, cold_skips, _ = read_cycles(patterns, CycleCache(cache_path))
@@ -1237,6 +1237,36 @@ def test_unchanged_directories_holding_one_job_are_merged_and_deduplicated_like_
     assert [c.path for c in warm] == [c.path for c in cold]
     assert sorted(s.reason for s in warm_skips) == sorted(s.reason for s in cold_skips)
     assert all(s.reason.startswith("duplicate of 7.0.") for s in warm_skips) and warm_skips
+
+
+def test_of_two_cached_files_claiming_one_key_the_newer_is_kept_as_on_the_first_pass(
+    tmp_path: Path,
+) -> None:
+    """Equal ends: the later mtime wins, whether the files were read this pass or cached (the
+    path only breaks a tie of mtimes too)."""
+    newer = write(
+        tmp_path / "a",
+        job="7",
+        start="2025-02-05T10:00:00Z",
+        end="2025-02-05T10:00:30Z",
+        mtime_ns=OLD_NS + 10**9,
+    )
+    older = write(
+        tmp_path / "b",
+        job="7",
+        start="2025-02-05T10:00:00Z",
+        end="2025-02-05T10:00:30Z",
+        mtime_ns=OLD_NS,
+    )
+    for name in ("a", "b"):
+        backdate(tmp_path / name)
+    patterns = [str(tmp_path / "a"), str(tmp_path / "b")]
+    cache_path = tmp_path / "cache.json"
+    cold, _, _ = read_cycles(patterns, CycleCache(cache_path))
+    warm, warm_skips, stats = read_cycles(patterns, CycleCache(cache_path))
+    assert stats.parsed == 0  # both directories came from the cache
+    assert [c.path for c in cold] == [c.path for c in warm] == [str(newer)]
+    assert [s.path for s in warm_skips] == [str(older)]
 
 
 def test_a_damaged_record_of_an_unchanged_directory_makes_it_read_again(tmp_path: Path) -> None:

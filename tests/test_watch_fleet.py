@@ -123,6 +123,28 @@ def test_a_node_failing_in_two_chains_is_one_fleet_finding(tmp_path: Path) -> No
     assert found["n1"]["detector"] == "fleet_suspect_node"
 
 
+def test_a_fleet_pass_reads_each_chains_failed_cycles_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The fleet detector and the summary's restart count share one reading per chain.
+    import nvrx.watch.fleet as fleet_module
+    from nvrx.watch.detectors.fleet import failed_cycles as real
+
+    calls: list[str] = []
+
+    def counted(snap: Any, window: float) -> Any:
+        calls.append(snap.chain.label)
+        return real(snap, window)
+
+    monkeypatch.setattr(fleet_module, "failed_cycles", counted)
+    restarting_run(tmp_path / "team" / "a")
+    restarting_run(tmp_path / "team" / "b")
+    _, doc = fleet(tmp_path, tmp_path / "team")
+    assert sorted(Path(c).name for c in calls) == ["a", "b"]
+    assert [c["restarts_in_window"] for c in doc["chains"]] == [2, 2]
+    assert {f["evidence"]["node"] for f in doc["fleet_findings"]} == {"n1", "n2"}
+
+
 def test_one_failing_chain_is_no_fleet_finding(tmp_path: Path) -> None:
     restarting_run(tmp_path / "team" / "a")
     healthy_run(tmp_path / "team" / "c")

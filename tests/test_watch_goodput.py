@@ -188,17 +188,17 @@ def unchanged_generations(tmp_path: Path) -> tuple[Callable[[], Cycles], Cycles]
     from nvrx.watch.cyclecache import CycleCache
     from nvrx.watch.cycles import read_cycles
 
-    from .test_watch_cycles import seconds_since, write
+    from .test_watch_cycles import backdate, write
 
     root = tmp_path / "w"
     for g, job in enumerate(["101", "102", "103"]):
         directory = root / job / "cycle_infos"
         for i in range(4):
             begin = T0 + timedelta(minutes=10 * g + 2 * i)
-            seconds_since(write(directory, job=job, cycle=i, generation="1",
+            backdate(write(directory, job=job, cycle=i, generation="1",
                        start=begin.strftime("%Y-%m-%dT%H:%M:%SZ"),
                        end=(begin + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")))  # fmt: skip
-        seconds_since(directory)
+        backdate(directory)
     pattern = [str(root / "*" / "cycle_infos" / "cycle_info.*")]
     cache = tmp_path / "cache.json"
     read_cycles(pattern, CycleCache(cache))

@@ -330,7 +330,14 @@ def _block(
         except (TypeError, ValueError, OverflowError, IndexError) as exc:
             raise CycleCacheDamaged(f"cycle cache: a bad row for {directory}: {exc}") from None
 
-    return CycleBlock(summary, load_columns=columns, load_record=record, ident=ident)
+    def mtimes() -> list[int]:
+        if not rows:
+            rows.extend(cache.rows(directory, name_glob))
+        return [int(row[0]) for row in rows]  # each row starts with its file's stamp
+
+    return CycleBlock(
+        summary, load_columns=columns, load_record=record, load_mtimes=mtimes, ident=ident
+    )
 
 
 _FLOOR = datetime.min.replace(tzinfo=UTC)
@@ -511,6 +518,8 @@ def _assemble(
     if disjoint:
         return Cycles(parts)
     for block in blocks:
-        for info in block.records():
-            _keep(found, (info, 0), skipped, stats)
+        # Each cached record with the mtime its file had: of two files claiming one key, the
+        # newer is kept as when both are read this pass.
+        for info, mtime in zip(block.records(), block.mtimes(), strict=True):
+            _keep(found, (info, mtime), skipped, stats)
     return Cycles.of(sorted((info for info, _ in found.values()), key=_ORDER))

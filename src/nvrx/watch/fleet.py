@@ -20,7 +20,7 @@ from nvrx.chain.manifest import manifest_path
 from nvrx.config import WatchSettings
 from nvrx.slurm import Slurm, SlurmError, SlurmValueError
 from nvrx.watch.detectors import DETECTORS
-from nvrx.watch.detectors.fleet import run_fleet_detectors
+from nvrx.watch.detectors.fleet import failed_cycles, run_fleet_detectors
 from nvrx.watch.model import Finding, Platform, Severity
 from nvrx.watch.observe import observe_platforms
 from nvrx.watch.resolve import Overrides, Target, WatchError, refuse_input, resolve
@@ -93,6 +93,7 @@ class ChainPass:
     work_dir: str | None
     result: PassResult | None = None
     error: str | None = None
+    failed: int | None = None  # cycles that ended in a failure within the fleet window
 
     @property
     def exit_code(self) -> int:
@@ -168,8 +169,13 @@ class Fleet:
                 chains.append(ChainPass(label, work, error=f"pass failed: {exc}"))
                 continue
             chains.append(ChainPass(watcher.target.chain.label, work, result))
-        snaps = [c.result.snapshot for c in chains if c.result is not None]
-        fleet = FleetResult(now, chains, run_fleet_detectors(snaps, self.settings))
+        seen = [c for c in chains if c.result is not None]
+        snaps = [c.result.snapshot for c in seen if c.result is not None]
+        # Each chain's failed cycles, read once: for the fleet detectors and the summary's count.
+        failed = [failed_cycles(s, self.settings.fleet_window) for s in snaps]
+        for chain, cycles in zip(seen, failed, strict=True):
+            chain.failed = len(cycles)
+        fleet = FleetResult(now, chains, run_fleet_detectors(snaps, failed, self.settings))
         if self.slurm is not None:
             fleet.slurm_commands = sum(self.slurm.calls.values()) - before
         self._write_prom(fleet)

@@ -8,7 +8,6 @@ from typing import Any
 from nvrx.config import WatchSettings
 from nvrx.display import printable
 from nvrx.slurm.hostlist import compress
-from nvrx.watch.detectors.fleet import failed_cycles
 from nvrx.watch.fleet import ChainPass, FleetResult
 from nvrx.watch.goodput import Goodput, fleet_goodput
 from nvrx.watch.model import Snapshot
@@ -55,7 +54,7 @@ def fleet_json(fleet: FleetResult, settings: WatchSettings) -> dict[str, Any]:
                 "work_dir": c.work_dir,
                 "state": chain_state(c),
                 "error": c.error,
-                "restarts_in_window": _restarts(c, settings),
+                "restarts_in_window": c.failed,
                 **body,
             }
         )
@@ -106,12 +105,6 @@ def _drained(snap: Snapshot) -> str:
     return compress(sorted({d.name for _, _, d in platform.drained_in_use()})) or "-"
 
 
-def _restarts(chain: ChainPass, settings: WatchSettings) -> int | None:
-    if chain.result is None:
-        return None
-    return len(failed_cycles(chain.result.snapshot, settings.fleet_window))
-
-
 def fleet_lines(fleet: FleetResult, settings: WatchSettings) -> list[Line]:
     """The fleet's summary: one row per chain, then the fleet findings and each chain's."""
     now = fleet.observed_at
@@ -135,7 +128,7 @@ def fleet_lines(fleet: FleetResult, settings: WatchSettings) -> list[Line]:
                 snap.current_job or "-",
                 str(ckpt.value) if ckpt.value is not None else "-",
                 ago(age_seconds(now, ckpt.mtime)) if ckpt.mtime else "-",
-                str(_restarts(c, settings)),
+                str(c.failed),
                 _drained(snap),
                 percent(r.goodput.fraction if r.goodput else None),
                 str(len(r.findings)),

@@ -156,6 +156,7 @@ class CycleBlock:
         "_built",
         "_columns",
         "_load_columns",
+        "_load_mtimes",
         "_load_record",
         "_records",
         "ident",
@@ -170,9 +171,11 @@ class CycleBlock:
         load_columns: Callable[[], CycleColumns] | None = None,
         records: Sequence[CycleInfo] | None = None,
         load_record: Callable[[CycleColumns, int], CycleInfo] | None = None,
+        load_mtimes: Callable[[], Sequence[int]] | None = None,
         ident: str | None = None,
     ) -> None:
         self.summary = summary
+        self._load_mtimes = load_mtimes
         self.ident = ident
         self._columns = columns
         self._load_columns = load_columns
@@ -213,6 +216,15 @@ class CycleBlock:
             assert self._load_record is not None
             built = self._built[i] = self._load_record(self.columns, i)
         return built
+
+    def mtimes(self) -> Sequence[int]:
+        """Each record's file mtime (ns) when it was read; 0 where the block does not know."""
+        if self._load_mtimes is None:
+            return [0] * len(self)
+        mtimes = self._load_mtimes()
+        if len(mtimes) != len(self):
+            raise ValueError(f"a block of {len(self)} cycles loaded {len(mtimes)} mtimes")
+        return mtimes
 
     def records(self) -> tuple[CycleInfo, ...]:
         if self._records is None:

@@ -17,7 +17,11 @@ from nvrx.config import WatchSettings
 from nvrx.watch.detectors.common import drain_state
 from nvrx.watch.model import CycleInfo, Finding, Severity, Snapshot, ended_cleanly, to_us
 
-FleetDetector = Callable[[Sequence[Snapshot], WatchSettings], list[Finding]]
+# (every chain's snapshot, each one's failed cycles in the window (`failed_cycles`, read once
+# per pass), the settings) -> findings
+FleetDetector = Callable[
+    [Sequence[Snapshot], Sequence[Sequence[CycleInfo]], WatchSettings], list[Finding]
+]
 
 
 def failed_cycles(snap: Snapshot, window: float) -> list[CycleInfo]:
@@ -36,12 +40,14 @@ def failed_cycles(snap: Snapshot, window: float) -> list[CycleInfo]:
     return out
 
 
-def fleet_suspect_node(snaps: Sequence[Snapshot], cfg: WatchSettings) -> list[Finding]:
+def fleet_suspect_node(
+    snaps: Sequence[Snapshot], failed: Sequence[Sequence[CycleInfo]], cfg: WatchSettings
+) -> list[Finding]:
     """A node in failed cycles of two or more chains within the window: one finding per node,
     fleet-wide, with each chain's cycles (correlation, never an action)."""
     seen: dict[str, dict[str, list[str]]] = {}  # node → chain → cycle keys
-    for snap in snaps:
-        for cycle in failed_cycles(snap, cfg.fleet_window):
+    for snap, cycles in zip(snaps, failed, strict=True):
+        for cycle in cycles:
             for node in cycle.active_nodes:
                 seen.setdefault(node, {}).setdefault(snap.chain.label, []).append(cycle.key)
     findings = []
@@ -80,9 +86,14 @@ def fleet_suspect_node(snaps: Sequence[Snapshot], cfg: WatchSettings) -> list[Fi
 FLEET_DETECTORS: dict[str, FleetDetector] = {"fleet_suspect_node": fleet_suspect_node}
 
 
-def run_fleet_detectors(snaps: Sequence[Snapshot], cfg: WatchSettings) -> list[Finding]:
+def run_fleet_detectors(
+    snaps: Sequence[Snapshot], failed: Sequence[Sequence[CycleInfo]], cfg: WatchSettings
+) -> list[Finding]:
     disabled = set(cfg.disable)
     findings = [
-        f for name, d in FLEET_DETECTORS.items() if name not in disabled for f in d(snaps, cfg)
+        f
+        for name, d in FLEET_DETECTORS.items()
+        if name not in disabled
+        for f in d(snaps, failed, cfg)
     ]
     return sorted(findings, key=Finding.sort_key)
