@@ -298,15 +298,16 @@ def test_rank_mentions() -> None:
     assert rank_mentions("iteration 5, exit code 139, 8 GPUs") == frozenset()
 
 
-def test_score_says_as_each_verdict_arrives_once_per_judge_and_case() -> None:
-    # What the progress bar of `nvrx score` counts on a terminal: two rules judges (a vote),
-    # three cases, six verdicts.
+def test_progress_counts_cases_whatever_the_number_of_judges() -> None:
+    # Three rules judges voting on four cases: the bar moves four times, once per case, when
+    # its last verdict is in (it used to count twelve).
     from nvrx.score.run import score
 
+    truth = GroundTruth.build("SIGKILL", 5, 10, 2, 4, 32)
+    text = attribution(*CORRECT["SIGKILL"])
     cases = [
-        Case(id=f"c{r}", truth=GroundTruth(FaultType("SEGFAULT"), r, 5, 2, 4, 32, True))
-        for r in range(3)
+        Case(id=f"c{i}", truth=truth, log_attribution=text, fr_output=fr_table(5)) for i in range(4)
     ]
-    seen: list[int] = []
-    verdicts = score([None, None], cases, lambda: seen.append(1))
-    assert len(verdicts) == 3 and len(seen) == 6
+    ticks: list[None] = []
+    verdicts = score([None, None, None], cases, lambda: ticks.append(None))
+    assert len(verdicts) == 4 and len(ticks) == 4

@@ -544,3 +544,20 @@ def test_a_suspect_node_is_drained_only_with_act(tmp_path: Path, act: bool, expe
     assert "state=drain 'reason=nvrx watch suspect_node: in each of the last 3" in line
     ran = [a for a in replay.argvs if os.path.basename(a[0]) == "scontrol"]
     assert ran == ([[ran[0][0], "update", "nodename=n2", "state=drain", ran[0][-1]]] if act else [])
+
+
+def test_the_live_view_cuts_what_does_not_fit_the_terminal_and_says_so() -> None:
+    from nvrx.watch.output import fit_screen
+
+    screen = [[("state CRITICAL", "")], *([[(f"finding {i}", "")] for i in range(30)])]
+    assert fit_screen(screen, rows=40, width=80) == screen  # it fits: nothing changes
+    fitted = fit_screen(screen, rows=10, width=80)
+    kept = len(fitted) - 1
+    # The top first (the state, then findings by severity); the notice wraps to two rows of 80
+    # and the footer's row is left free: 7 lines of the 10 rows.
+    assert fitted[:kept] == screen[:kept] and kept == 7
+    notice = fitted[-1][0][0]
+    assert f"{len(screen) - kept} more line(s) do not fit this terminal (10 rows)" in notice
+    assert "--json" in notice
+    wide = [[("x" * 200, "")]] * 3  # a line longer than the width takes several rows
+    assert len(fit_screen(wide, rows=8, width=80)) == 2

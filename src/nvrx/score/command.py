@@ -29,7 +29,7 @@ def _score_with_progress(judges: list[Any], cases: list[Any], *, live: bool) -> 
         console=stderr(),
         transient=True,
     ) as bar:
-        task = bar.add_task("judging", total=len(cases) * len(judges))
+        task = bar.add_task("judging", total=len(cases))
         return score(judges, cases, lambda: bar.advance(task))
 
 

@@ -194,10 +194,10 @@ class LlmJudge:
         return FORMATS[self._format]
 
     async def judge_all(
-        self, cases: Sequence[Case], done: Callable[[], None] | None = None
+        self, cases: Sequence[Case], done: Callable[[int], None] | None = None
     ) -> list[Verdict]:
-        """Every case's verdict, at most `concurrency` in flight; `done` is called as each
-        arrives (a progress bar)."""
+        """Every case's verdict, at most `concurrency` in flight; `done` is called with the
+        case's index as each arrives (a progress bar)."""
         gate = asyncio.Semaphore(self.concurrency)
         own = self._client is None
         client = self._client or httpx.AsyncClient(
@@ -205,13 +205,13 @@ class LlmJudge:
         )
         try:
 
-            async def one(case: Case) -> Verdict:
+            async def one(i: int, case: Case) -> Verdict:
                 verdict = await self.judge(case, client, gate)
                 if done is not None:
-                    done()
+                    done(i)
                 return verdict
 
-            return list(await asyncio.gather(*(one(c) for c in cases)))
+            return list(await asyncio.gather(*(one(i, c) for i, c in enumerate(cases))))
         finally:
             if own:
                 await client.aclose()

@@ -161,15 +161,15 @@ def build_judges(
 async def _judge_everything(
     judges: Sequence[LlmJudge | None],
     cases: Sequence[Case],
-    done: Callable[[], None] | None,
+    done: Callable[[int], None] | None,
 ) -> list[list[Verdict]]:
     async def one(judge: LlmJudge | None) -> list[Verdict]:
         if judge is None:
             verdicts = []
-            for case in cases:
+            for i, case in enumerate(cases):
                 verdicts.append(judge_rules(case))
                 if done is not None:
-                    done()
+                    done(i)
             return verdicts
         return await judge.judge_all(cases, done)
 
@@ -182,8 +182,16 @@ def score(
     done: Callable[[], None] | None = None,
 ) -> list[Verdict]:
     """Every case's verdict: the single judge's, or the per-dimension vote of several. `done`
-    is called once per judge and case as its verdict arrives."""
-    per_judge = asyncio.run(_judge_everything(judges, cases, done))
+    is called once per case, when every judge has given its verdict (a progress bar counts
+    cases, whatever the number of judges)."""
+    answered = [0] * len(cases)
+
+    def one_verdict(i: int) -> None:
+        answered[i] += 1
+        if answered[i] == len(judges) and done is not None:
+            done()
+
+    per_judge = asyncio.run(_judge_everything(judges, cases, one_verdict))
     if len(per_judge) == 1:
         return per_judge[0]
     return [vote(case, [verdicts[i] for verdicts in per_judge]) for i, case in enumerate(cases)]

@@ -156,7 +156,7 @@ class PassOutput:
             self.live.start()
 
     def show(self, doc: Mapping[str, Any], lines: Callable[[], list[Line]]) -> None:
-        from nvrx.watch.output import lines_renderable, print_lines
+        from nvrx.watch.output import fit_screen, lines_renderable, print_lines
 
         if self.as_json:
             sys.stdout.write(json.dumps(doc) + "\n")
@@ -164,7 +164,9 @@ class PassOutput:
         elif self.live is not None:
             upcoming = datetime.now() + timedelta(seconds=self.interval or 0)
             footer = f"next pass at {upcoming:%H:%M:%S} (every {self.interval} s)"
-            self.live.update(lines_renderable(lines(), footer), refresh=True)
+            size = self.live.console.size
+            screen = fit_screen(lines(), size.height, size.width)
+            self.live.update(lines_renderable(screen, footer), refresh=True)
         else:
             print_lines(lines(), sys.stdout, color=sys.stdout.isatty())
 

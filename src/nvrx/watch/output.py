@@ -294,6 +294,35 @@ def pass_renderable(result: PassResult, footer: str = "") -> Any:
     return lines_renderable(pass_lines(result), footer)
 
 
+def fit_screen(lines: list[Line], rows: int, width: int) -> list[Line]:
+    """The lines that fit a terminal of `rows` x `width` (a line longer than the width takes
+    several rows), the footer's row kept free; what does not fit is named, never dropped
+    without a word: the screen's most important lines come first (the state, then findings by
+    severity), so the cut is at the bottom."""
+    width = max(width, 1)
+
+    def height(line: Line) -> int:
+        return max(1, -(-sum(len(text) for text, _ in line) // width))
+
+    def notice(hidden: int) -> Line:
+        return [(
+            f"... {hidden} more line(s) do not fit this terminal ({rows} rows): enlarge it, or "
+            "see every finding with --json or a pass without --interval", "bold",
+        )]  # fmt: skip
+
+    budget = max(rows - 1, 2)  # the footer's row
+    if sum(height(line) for line in lines) <= budget:
+        return lines
+    kept: list[Line] = []
+    used = height(notice(len(lines)))  # the notice's rows
+    for line in lines:
+        if used + height(line) > budget:
+            break
+        kept.append(line)
+        used += height(line)
+    return [*kept, notice(len(lines) - len(kept))]
+
+
 def lines_renderable(lines: list[Line], footer: str = "") -> Any:
     from rich.console import Group
     from rich.text import Text
