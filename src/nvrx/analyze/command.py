@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from nvrx.analyze.logattr import LogAttribution
-from nvrx.config import load_for_command
+from nvrx.config import ConfigSource
 from nvrx.contract import write_document
 from nvrx.display import printable
 from nvrx.terminal import note
@@ -26,7 +26,7 @@ def analyze_fr(path: Path, pattern: str, as_json: bool) -> int:
     """Missing ranks from the dumps under `path`: upstream's table, or JSON."""
     from nvrx.analyze import fr
 
-    load_for_command(None, None, None)  # the site's limits
+    ConfigSource().load()  # the site's limits
     result = fr.analyze_path(path, pattern)
     for line in result.notes:
         note(line)
@@ -42,7 +42,7 @@ def analyze_fr(path: Path, pattern: str, as_json: bool) -> int:
 
 def analyze_log(path: Path, as_json: bool) -> int:
     """The 5-field attribution of one log (blinded first)."""
-    load_for_command(None, None, None)  # the site's limits (a pipe or device ends at one)
+    ConfigSource().load()  # the site's limits (a pipe or device ends at one)
     result = attribute_file(path)  # InputError: one line, from nvrx.cli.main
     if as_json:
         write_document(result.to_json(), 0)

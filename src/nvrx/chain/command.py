@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from nvrx.config import load_for_command
+from nvrx.config import ConfigSource
 from nvrx.contract import write_document
 from nvrx.terminal import CommandError, stderr, stdout
 
@@ -24,9 +24,7 @@ def submit_chain(
     share_name: bool,
     as_json: bool,
     extra_args: Sequence[str],
-    config: Path | None,
-    env_file: Path | None,
-    sets: list[str] | None,
+    source: ConfigSource,
 ) -> int:
     """Submit, extend or cancel a chain; print its summary. `shape_flags` maps each shape
     setting to (flag value or None, flag). Returns the exit code."""
@@ -43,7 +41,7 @@ def submit_chain(
         error("choose one of --dry-run/--validate, --extend and --cancel", 2)
     if extend or cancel:
         given = [flag for value, flag in shape_flags.values() if value is not None]
-        given += ["--share-name"] * share_name + ["--set"] * bool(sets)
+        given += ["--share-name"] * share_name + ["--set"] * bool(source.sets)
         given += ["-- ARGS"] * bool(extra_args)
         if cancel and depth is not None:
             given.append("-K")
@@ -59,7 +57,7 @@ def submit_chain(
         "chain.depth": (depth, "-K"),
         "chain.work_dir": (work_dir, "--work-dir"),
     }
-    loaded = load_for_command(config, env_file, sets, flags, submits=True)
+    loaded = source.load(flags, submits=True)
     slurm = Slurm(loaded.config.slurm)
     progress = None if as_json else (lambda msg: stdout().print(msg))
     if loaded.config.chain.dry_run and not (extend or cancel or validate):

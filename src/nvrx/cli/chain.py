@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from nvrx.cli.options import ConfigOpt, EnvFileOpt, SetOpt
+from nvrx.cli.options import ConfigOpt, EnvFileOpt, SetOpt, config_source
 
 app = typer.Typer(rich_markup_mode=None, add_completion=False)  # completion: the root only
 
@@ -76,8 +76,6 @@ def submit_chain_cmd(
             share_name=share_name,
             as_json=as_json,
             extra_args=ctx.args,
-            config=config,
-            env_file=env_file,
-            sets=set_,
+            source=config_source(config, env_file, set_),
         )
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from nvrx.cli.options import ConfigOpt, EnvFileOpt, JsonOpt, SetOpt
+from nvrx.cli.options import ConfigOpt, EnvFileOpt, JsonOpt, SetOpt, config_source
 
 app = typer.Typer(
     help="Inspect the effective configuration.",
@@ -22,10 +22,9 @@ def config_show(
     set_: SetOpt = None,
 ) -> None:
     """Print every effective setting and the layer it came from."""
-    from nvrx.config import load_for_command
     from nvrx.config.show import show
 
-    show(load_for_command(config, env_file, set_), as_json)
+    show(config_source(config, env_file, set_).load(), as_json)
 
 
 @app.command("env", short_help="List the environment variables each setting reads.")

@@ -14,6 +14,7 @@ from nvrx.cli.options import (
     SetOpt,
     complete_pool,
     complete_workload,
+    config_source,
 )
 
 app = typer.Typer(rich_markup_mode=None, add_completion=False)  # completion: the root only
@@ -131,8 +132,6 @@ def inject_loop_cmd(
             force=force,
             as_json=as_json,
             extra_args=ctx.args,
-            config=config,
-            env_file=env_file,
-            set_=set_,
+            source=config_source(config, env_file, set_),
         )
     )

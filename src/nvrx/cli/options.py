@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from nvrx.config.load import ConfigSource
 
 ConfigOpt = Annotated[
     Path | None,
@@ -40,6 +43,16 @@ JunitOpt = Annotated[
     Path | None,
     typer.Option("--junit", metavar="FILE", dir_okay=False, help="Write JUnit XML to FILE."),
 ]
+
+
+def config_source(
+    config: Path | None, env_file: Path | None, set_: list[str] | None
+) -> ConfigSource:
+    """`--config`, `--env-file` and `--set` as the one value a package loads its settings from
+    (imported when a command runs: `--help` loads no settings)."""
+    from nvrx.config.load import ConfigSource
+
+    return ConfigSource(config, env_file, tuple(set_ or ()))
 
 
 def html_option(default_place: str) -> Any:

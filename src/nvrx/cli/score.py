@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from nvrx.cli.options import ConfigOpt, EnvFileOpt, JunitOpt, SetOpt, html_option
+from nvrx.cli.options import ConfigOpt, EnvFileOpt, JunitOpt, SetOpt, config_source, html_option
 
 app = typer.Typer(rich_markup_mode=None, add_completion=False)  # completion: the root only
 
@@ -121,8 +121,6 @@ def score_cmd(
             no_cache=no_cache,
             no_progress=no_progress,
             concurrency=concurrency,
-            config=config,
-            env_file=env_file,
-            set_=set_,
+            source=config_source(config, env_file, set_),
         )
     )

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from nvrx.cli.options import ConfigOpt, EnvFileOpt, JunitOpt, SetOpt, html_option
+from nvrx.cli.options import ConfigOpt, EnvFileOpt, JunitOpt, SetOpt, config_source, html_option
 
 app = typer.Typer(rich_markup_mode=None, add_completion=False)  # completion: the root only
 
@@ -125,4 +125,4 @@ def watch_cmd(
         "watch.prom_file": (prom_file, "--prom-file"),
         "watch.disable": (disable, "--disable"),
     }
-    raise typer.Exit(watch(request, flags=flags, config=config, env_file=env_file, sets=set_))
+    raise typer.Exit(watch(request, flags=flags, source=config_source(config, env_file, set_)))

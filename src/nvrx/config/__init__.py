@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from nvrx.config.errors import ConfigError
     from nvrx.config.load import (
+        ConfigSource,
         LoadedConfig,
         Origin,
         find_config_file,
         load_config,
-        load_for_command,
         parse_assignments,
         read_env_file,
         read_environment,
@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 # files through this package).
 _WHERE = {
     "ChainSettings": "nvrx.config.model",
+    "ConfigSource": "nvrx.config.load",
     "ConfigError": "nvrx.config.errors",
     "Dimension": "nvrx.config.model",
     "ENV_ALIASES": "nvrx.config.names",
@@ -93,7 +94,6 @@ _WHERE = {
     "is_secret": "nvrx.config.model",
     "known_secrets": "nvrx.config.secrets",
     "load_config": "nvrx.config.load",
-    "load_for_command": "nvrx.config.load",
     "parse_assignments": "nvrx.config.load",
     "read_env_file": "nvrx.config.load",
     "read_environment": "nvrx.config.load",
@@ -115,6 +115,7 @@ __all__ = [
     "STOP_DIMENSIONS",
     "ChainSettings",
     "ConfigError",
+    "ConfigSource",
     "Dimension",
     "InjectSettings",
     "LimitsSettings",
@@ -132,7 +133,6 @@ __all__ = [
     "is_secret",
     "known_secrets",
     "load_config",
-    "load_for_command",
     "parse_assignments",
     "read_env_file",
     "read_environment",

@@ -259,32 +259,37 @@ def parse_assignments(items: Sequence[str], flag: str = "--set") -> dict[str, tu
     return out
 
 
-def load_for_command(
-    config_file: Path | None,
-    env_file: Path | None,
-    sets: Sequence[str] | None,
-    flags: Mapping[str, tuple[Any, str]] | None = None,
-    *,
-    submits: bool = False,
-) -> LoadedConfig:
-    """The config of one command: every layer, then its `--set` assignments, then its own flags,
-    which win (`flags` maps key → (value, flag); a value of None is a flag not given). Values
-    keep their type (a flag's int is an int), and `config show` names the flag that set them.
-    Sets the command's input cap.
+@dataclass(frozen=True)
+class ConfigSource:
+    """Where a command's settings come from besides the defaults and the environment: the
+    three options every subcommand takes (`--config`, `--env-file`, `--set`), handed to its
+    package as one value."""
 
-    A command that only reads (`submits` False) is never broken by an environment variable of
-    a shared name (TIME, ACCOUNT, PARTITION, ... without nvrx's prefix, which other programs
-    read too: GNU time's TIME=%e): a value of one that does not validate is ignored with a
-    warning. A command that submits jobs refuses it, as any bad value."""
-    cli: dict[str, tuple[Any, str]] = dict(parse_assignments(sets or []))
-    for key, (value, flag) in (flags or {}).items():
-        if value is not None:
-            cli[key] = (value, flag)
-    loaded = load_config(
-        config_file=config_file, env_file=env_file, cli=cli, lenient_env=not submits
-    )
-    set_input_limit(loaded.config.limits.max_input_bytes)
-    set_allowed_roots(tuple(loaded.config.limits.allowed_roots))
-    for line in loaded.ignored:
-        warn(line)
-    return loaded
+    config_file: Path | None = None
+    env_file: Path | None = None
+    sets: tuple[str, ...] = ()
+
+    def load(
+        self, flags: Mapping[str, tuple[Any, str]] | None = None, *, submits: bool = False
+    ) -> LoadedConfig:
+        """The config of one command: every layer, then its `--set` assignments, then its own
+        flags, which win (`flags` maps key → (value, flag); a value of None is a flag not
+        given). Values keep their type (a flag's int is an int), and `config show` names the
+        flag that set them. Sets the command's input cap.
+
+        A command that only reads (`submits` False) is never broken by an environment variable
+        of a shared name (TIME, ACCOUNT, PARTITION, ... without nvrx's prefix, which other
+        programs read too: GNU time's TIME=%e): a value of one that does not validate is
+        ignored with a warning. A command that submits jobs refuses it, as any bad value."""
+        cli: dict[str, tuple[Any, str]] = dict(parse_assignments(list(self.sets)))
+        for key, (value, flag) in (flags or {}).items():
+            if value is not None:
+                cli[key] = (value, flag)
+        loaded = load_config(
+            config_file=self.config_file, env_file=self.env_file, cli=cli, lenient_env=not submits
+        )
+        set_input_limit(loaded.config.limits.max_input_bytes)
+        set_allowed_roots(tuple(loaded.config.limits.allowed_roots))
+        for line in loaded.ignored:
+            warn(line)
+        return loaded

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nvrx.config import load_for_command
+from nvrx.config import ConfigSource
 from nvrx.contract import write_document
 from nvrx.terminal import CommandError, error_line, note, stderr, stdout, warn
 
@@ -43,9 +43,7 @@ def inject_loop(
     force: bool,
     as_json: bool,
     extra_args: Sequence[str],
-    config: Path | None,
-    env_file: Path | None,
-    set_: list[str] | None,
+    source: ConfigSource,
 ) -> int:
     """Run (or resume, re-run, re-analyse, list) a campaign. Returns the exit code: 0 done, 1 a
     failure, 3 an experiment unscored after re-analysis, 130 interrupted."""
@@ -77,7 +75,7 @@ def inject_loop(
             raise CommandError(
                 "--next reads one session and prints a pool: no other session or pool option"
             )
-        return next_iteration(next_, config, env_file, set_)
+        return next_iteration(next_, source)
     reanalyze = reanalyze.resolve() if reanalyze is not None else None
     rerun_failing = rerun_failing.resolve() if rerun_failing is not None else None
     resume = resume.resolve() if resume is not None else None
@@ -112,7 +110,7 @@ def inject_loop(
         "inject.time_limit": (time_limit, "--time-limit"),
         "inject.iters": (iters, "--iters"),
     }
-    loaded = load_for_command(config, env_file, set_, flags, submits=True)
+    loaded = source.load(flags, submits=True)
     cfg = loaded.config.inject
     slurm = Slurm(loaded.config.slurm)
     if old is not None:
@@ -240,14 +238,12 @@ def open_session(directory: Path, force: bool) -> tuple[Any, Any]:
     return session, state
 
 
-def next_iteration(
-    session_dir: Path, config: Path | None, env_file: Path | None, sets: list[str] | None
-) -> int:
+def next_iteration(session_dir: Path, source: ConfigSource) -> int:
     """`--next SESSION`: the next iteration's pool on stdout (for `--pool "$(...)"`), why on
     stderr."""
     from nvrx.inject.sweep import next_iteration as sweep_next
 
-    dimensions = load_for_command(config, env_file, sets).config.inject.stop_dimensions
+    dimensions = source.load().config.inject.stop_dimensions
     open_session(session_dir.resolve(), False)
     step = sweep_next(session_dir.resolve(), dimensions)
     stderr().print(f"iteration {step.iteration}: {step.why}")

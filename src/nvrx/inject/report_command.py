@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nvrx.config import load_for_command
+from nvrx.config import ConfigSource
 from nvrx.contract import write_document
 from nvrx.terminal import CommandError, Output, stdout, write_outputs
 
@@ -67,7 +67,7 @@ def report_command(
         raise CommandError("report takes one session (or: report diff OLD NEW)")
     session_dir = Path(args[0]).resolve()
     open_session(session_dir, force)  # a clear error for what is not a session
-    dimensions = load_for_command(None, None, None).config.inject.stop_dimensions
+    dimensions = ConfigSource().load().config.inject.stop_dimensions
     rows, previous, stop = report.with_previous(session_dir, force, dimensions)
     cases, verdicts = [r.case for r in rows], [r.verdict for r in rows]
     inputs = input_paths([session_dir], cases, [])

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nvrx.config import load_for_command
+from nvrx.config import ConfigSource
 from nvrx.contract import write_document
 from nvrx.terminal import Output, note, stderr, stdout, warn, write_outputs
 
@@ -57,9 +57,7 @@ def score_command(
     no_cache: bool,
     no_progress: bool,
     concurrency: int | None,
-    config: Path | None,
-    env_file: Path | None,
-    set_: list[str] | None,
+    source: ConfigSource,
 ) -> int:
     """Score; returns 0 scored and every --min met, 1 a --min not met, 3 some case unscored."""
     from nvrx.score import report
@@ -83,7 +81,7 @@ def score_command(
         "score.cache": (False if no_cache else None, "--no-cache"),
         "slurm.gpus_per_node": (gpus_per_node, "--gpus-per-node"),
     }
-    loaded = load_for_command(config, env_file, set_, flags)
+    loaded = source.load(flags)
     cfg = loaded.config
     shape = Shape(cfg.slurm.gpus_per_node, cfg.score.segment_size)
     truth_flags = {

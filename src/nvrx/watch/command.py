@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nvrx.config import load_for_command
+from nvrx.config import ConfigSource
 from nvrx.display import printable
 from nvrx.terminal import CommandError, note
 
@@ -272,9 +272,7 @@ def watch(
     request: WatchRequest,
     *,
     flags: Mapping[str, tuple[object, str]],
-    config: Path | None,
-    env_file: Path | None,
-    sets: list[str] | None,
+    source: ConfigSource,
 ) -> int:
     """Run the watcher; its exit code (nvrx.contract): 0 clean, 1 critical, 3 blind."""
     if request.list_detectors:
@@ -290,7 +288,7 @@ def watch(
     from nvrx.watch.resolve import Overrides, WatchBlind, resolve
     from nvrx.watch.run import Watcher
 
-    loaded = load_for_command(config, env_file, sets, flags)
+    loaded = source.load(flags)
     # What is loaded by now (modules, the settings) lives until exit: the collector need not
     # scan it again and again while a pass builds and drops its records, nor once more at
     # exit (a tenth of a warm fleet pass over 100 chains, measured).
