@@ -7,6 +7,7 @@ hundreds of calls, so only the few tests about start-up and process behaviour ru
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import subprocess
@@ -17,6 +18,29 @@ from pathlib import Path
 from unittest import mock
 
 from nvrx.config import ENV_NAMES
+
+
+@functools.cache
+def slurm_answers() -> bool:
+    """Whether a Slurm controller answers here. `scontrol ping` makes one attempt and says so in
+    milliseconds either way; a query (sinfo, squeue, scontrol show) retries the connection for
+    the client's MessageTimeout (9 s with the local cluster's slurm.conf) when none answers."""
+    try:
+        proc = subprocess.run(
+            ["scontrol", "ping"], capture_output=True, text=True, timeout=15, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
+
+
+def slurm_settings(where: Path) -> dict[str, str]:
+    """The environment for a unit test's nvrx command that asks Slurm something on the side (a
+    dry run's MaxArraySize and job-name checks): nothing when a controller answers, so it asks
+    the real cluster; otherwise a `slurm.bin_dir` that holds no Slurm command, so it takes the
+    path of a machine without Slurm (a note, at once) instead of retrying each query for
+    `slurm.retry_deadline` (two minutes) while the controller is down."""
+    return {} if slurm_answers() else {"NVRX_SLURM_BIN_DIR": str(where / "no-slurm-here")}
 
 
 def clean_environ(extra: Mapping[str, str] | None = None) -> dict[str, str]:

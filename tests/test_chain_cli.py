@@ -18,12 +18,18 @@ from nvrx.chain.manifest import (
 from nvrx.chain.shape import ChainError
 from nvrx.config import ENV_NAMES
 
-from .cli_runner import clean_environ
+from .cli_runner import clean_environ, slurm_settings
 from .cli_runner import nvrx as nvrx_in_process
 
 
 def nvrx(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return nvrx_in_process(*args, env=clean_environ({"HOME": str(cwd)}), cwd=cwd)
+    env = clean_environ({"HOME": str(cwd), **slurm_settings(cwd)})
+    return nvrx_in_process(*args, env=env, cwd=cwd)
+
+
+def sbatch(cwd: Path) -> str:
+    """How the dry runs of `nvrx(..., cwd=cwd)` name sbatch: on PATH, or in their bin_dir."""
+    return os.path.join(slurm_settings(cwd).get("NVRX_SLURM_BIN_DIR", ""), "sbatch")
 
 
 REHEARSAL = ["--launcher", "/bin/true", "--set", "chain.train_command=/bin/true"]
@@ -50,7 +56,9 @@ def test_dry_run_prints_every_generation_and_writes_nothing(shared_dir: Path) ->
         cwd=shared_dir,
     )
     assert proc.returncode == 0, proc.stderr
-    planned = [ln for ln in proc.stdout.splitlines() if ln.startswith("[dry-run] sbatch ")]
+    planned = [
+        ln for ln in proc.stdout.splitlines() if ln.startswith(f"[dry-run] {sbatch(shared_dir)} ")
+    ]
     assert len(planned) == 3
     for index, line in enumerate(planned):
         for flag in (
@@ -271,10 +279,11 @@ def test_upstream_nvrx_dry_run_means_dry_run(shared_dir: Path) -> None:
             **{k: v for k, v in os.environ.items() if k not in ENV_NAMES},
             "NVRX_DRY_RUN": "1",
             "HOME": str(shared_dir),
+            **slurm_settings(shared_dir),
         },
     )
     assert env_proc.returncode == 0, env_proc.stderr
-    assert "[dry-run] sbatch" in env_proc.stdout
+    assert f"[dry-run] {sbatch(shared_dir)} " in env_proc.stdout
     assert not work.exists()
 
 
@@ -294,3 +303,31 @@ def test_extend_and_cancel_refuse_settings_they_would_ignore(shared_dir: Path, m
     )
     assert proc.returncode == 2
     assert f"{mode} does not take --train-tasks, -- ARGS" in proc.stderr
+
+
+def test_a_dry_run_asks_a_silent_controller_once_per_check_and_says_what_it_skipped(
+    shared_dir: Path,
+) -> None:
+    # The controller does not answer (the clients say so, as transient errors): a rehearsal's
+    # checks are advisory, so each is one attempt and a note, not the retry deadline's wait.
+    bin_dir = shared_dir / "slurm-down"
+    bin_dir.mkdir()
+    calls = shared_dir / "calls"
+    for name in ("scontrol", "squeue"):
+        stub = bin_dir / name
+        stub.write_text(
+            "#!/bin/sh\n"
+            f'echo {name} >> "{calls}"\n'
+            f'echo "{name}: error: Unable to contact slurm controller (connect failure)" >&2\n'
+            "exit 1\n"
+        )
+        stub.chmod(0o755)
+    env = clean_environ({"HOME": str(shared_dir), "NVRX_SLURM_BIN_DIR": str(bin_dir)})
+    proc = nvrx_in_process(
+        "submit-chain", "--dry-run", "--work-dir", str(shared_dir / "chain"), "-K", "2",
+        *REHEARSAL, "--set", "slurm.retry_deadline=6", env=env, cwd=shared_dir,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(calls.read_text().split()) == ["scontrol", "squeue"]  # one attempt each
+    assert "MaxArraySize not checked" in proc.stdout + proc.stderr
+    assert "could not check for live jobs named" in proc.stdout + proc.stderr

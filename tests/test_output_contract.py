@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from .cli_runner import clean_environ
+from .cli_runner import clean_environ, slurm_settings
 from .cli_runner import nvrx as nvrx_in_process
 from .test_watch_run import healthy_run
 
@@ -60,7 +60,8 @@ COMMANDS: list[tuple[list[str], int]] = [
 def run(args: list[str], where: dict[str, str]) -> tuple[int, str, str]:
     argv = [a.format(**where) for a in args]
     home = Path(where["state"]).parent
-    proc = nvrx_in_process(*argv, "--json", env=clean_environ({"HOME": str(home)}), cwd=home)
+    env = clean_environ({"HOME": str(home), **slurm_settings(home)})
+    proc = nvrx_in_process(*argv, "--json", env=env, cwd=home)
     return proc.returncode, proc.stdout, proc.stderr
 
 

@@ -24,6 +24,12 @@ LOCAL_SLURM = REPO / "deploy" / "local-slurm"
 
 
 def _cluster_answers() -> bool:
+    # `scontrol ping` answers at once either way; a query (sinfo) retries the connection for
+    # the client's MessageTimeout when no controller answers.
+    from ..cli_runner import slurm_answers
+
+    if not slurm_answers():
+        return False
     try:
         proc = subprocess.run(
             ["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=15, check=False

@@ -287,7 +287,9 @@ def submit_new(
     notes = _check_programs(loaded, work_dir)
     rehearsing = dry_run or validate
     try:
-        shape.check_max_array_size(slurm.max_array_size())
+        # A rehearsal's checks of Slurm are advisory (a note when they fail): one attempt each,
+        # so a dry run with the controller down prints its plan in seconds, not minutes.
+        shape.check_max_array_size(slurm.max_array_size(retry=not rehearsing))
     except SlurmError as exc:
         if not rehearsing:
             raise
@@ -345,7 +347,7 @@ def _check_name_free(
     slurm: Slurm, job_name: str, share_name: bool, notes: list[str], *, strict: bool
 ) -> None:
     try:
-        live = slurm.queue(name=job_name, user=slurm.current_user())
+        live = slurm.queue(name=job_name, user=slurm.current_user(), retry=strict)
     except SlurmError as exc:
         if strict:
             raise

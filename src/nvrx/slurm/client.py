@@ -495,15 +495,18 @@ class Slurm:
         result = self.executor.run([self._cmd("scontrol"), "show", "job", "-o", checked])
         return [JobInfo(r) for r in self._parse(parse_scontrol_records, result)]
 
-    def show_config(self) -> dict[str, str]:
-        """`scontrol show config`, cached for the life of this adapter."""
+    def show_config(self, *, retry: bool = True) -> dict[str, str]:
+        """`scontrol show config`, cached for the life of this adapter (one attempt when not
+        `retry`: an advisory check that must not wait out the retry deadline)."""
         if self._config is None:
-            result = self.executor.run([self._cmd("scontrol"), "show", "config"])
+            result = self.executor.run(
+                [self._cmd("scontrol"), "show", "config"], retry_transient=retry
+            )
             self._config = self._parse(parse_show_config, result)
         return dict(self._config)
 
-    def max_array_size(self) -> int:
-        value = self.show_config().get("MaxArraySize", "")
+    def max_array_size(self, *, retry: bool = True) -> int:
+        value = self.show_config(retry=retry).get("MaxArraySize", "")
         if not value.isdigit():
             raise SlurmError(f"scontrol show config has no usable MaxArraySize ({value!r})")
         return int(value)
