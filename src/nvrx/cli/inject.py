@@ -107,31 +107,39 @@ def inject_loop_cmd(
 
     Every submission and every ending is journalled, so an interrupted campaign resumes.
     """
-    from nvrx.inject.command import inject_loop
+    from nvrx.inject.command import InjectRequest, inject_loop
 
-    raise typer.Exit(
-        inject_loop(
-            pool=pool,
-            workload=workload,
-            sbatch_script=sbatch_script,
-            batch_size=batch_size,
-            window_mode=window,
-            base_dir=base_dir,
-            time_limit=time_limit,
-            resume=resume,
-            reanalyze=reanalyze,
-            rerun_failing=rerun_failing,
-            next_=next_,
-            iters=iters,
-            no_analysis=no_analysis,
-            no_progress=no_progress,
-            allow_duplicates=allow_duplicates,
-            cancel_on_interrupt=cancel_on_interrupt,
-            list_pool=list_pool,
-            dry_run=dry_run,
-            force=force,
-            as_json=as_json,
-            extra_args=ctx.args,
-            source=config_source(config, env_file, set_),
-        )
+    request = InjectRequest(
+        pool=pool,
+        workload=workload,
+        sbatch_script=sbatch_script,
+        batch_size=batch_size,
+        window_mode=window,
+        base_dir=base_dir,
+        time_limit=time_limit,
+        resume=resume,
+        reanalyze=reanalyze,
+        rerun_failing=rerun_failing,
+        next_=next_,
+        iters=iters,
+        no_analysis=no_analysis,
+        no_progress=no_progress,
+        allow_duplicates=allow_duplicates,
+        cancel_on_interrupt=cancel_on_interrupt,
+        list_pool=list_pool,
+        dry_run=dry_run,
+        force=force,
+        as_json=as_json,
+        extra_args=tuple(ctx.args),
     )
+    flags = {
+        "inject.pool": (pool, "--pool"),
+        "inject.workload": (workload, "--workload"),
+        "inject.sbatch_script": (sbatch_script, "--sbatch-script"),
+        "inject.batch_size": (batch_size, "--batch-size"),
+        "inject.window": (window, "--window"),
+        "inject.base_experiments_dir": (base_dir, "--base-dir"),
+        "inject.time_limit": (time_limit, "--time-limit"),
+        "inject.iters": (iters, "--iters"),
+    }
+    raise typer.Exit(inject_loop(request, flags, config_source(config, env_file, set_)))

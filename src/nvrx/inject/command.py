@@ -6,7 +6,8 @@ from __future__ import annotations
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,30 +21,82 @@ def note_duplicates(duplicates: Sequence[str]) -> None:
         note(f"duplicate entry {dup} kept in its own directory")
 
 
+@dataclass(frozen=True)
+class InjectRequest:
+    """What the command line asked `inject-loop` for, beyond the settings its flags set (the
+    flags map, built with the options in `cli.inject`)."""
+
+    pool: str | None = None
+    workload: str | None = None
+    sbatch_script: Path | None = None
+    batch_size: int | None = None
+    window_mode: str | None = None
+    base_dir: Path | None = None
+    time_limit: str | None = None
+    resume: Path | None = None
+    reanalyze: Path | None = None
+    rerun_failing: Path | None = None
+    next_: Path | None = None
+    iters: str | None = None
+    no_analysis: bool = False
+    no_progress: bool = False
+    allow_duplicates: bool = False
+    cancel_on_interrupt: bool = False
+    list_pool: bool = False
+    dry_run: bool = False
+    force: bool = False
+    as_json: bool = False
+    extra_args: tuple[str, ...] = ()
+
+    def check(self) -> None:
+        """One line naming what does not go together."""
+        sessions = (self.resume, self.reanalyze, self.rerun_failing)
+        shaping = (self.pool, self.workload, self.sbatch_script)
+        if self.next_ is not None and any(
+            (*sessions, self.pool, self.iters, self.dry_run, self.list_pool)
+        ):
+            raise CommandError(
+                "--next reads one session and prints a pool: no other session or pool option"
+            )
+        if self.reanalyze is not None and any(
+            (self.rerun_failing, self.resume, self.extra_args, self.dry_run, self.list_pool,
+             self.no_analysis, *shaping, self.batch_size, self.window_mode, self.base_dir,
+             self.time_limit)
+        ):  # fmt: skip
+            raise CommandError(
+                "--reanalyze works on a session alone: no other session, pool, job or sbatch option"
+            )
+        if self.force and self.reanalyze is None:
+            raise CommandError(
+                "--force applies to --reanalyze only (a campaign never runs on a damaged journal)"
+            )
+        if self.rerun_failing is not None and any((self.resume, *shaping)):
+            raise CommandError(
+                "--rerun-failing re-runs that session's campaign: no --resume, --pool, --workload "
+                "or --sbatch-script"
+            )
+        if self.resume is not None and any(
+            (self.extra_args, *shaping, self.list_pool, self.dry_run)
+        ):
+            raise CommandError(
+                "--resume finishes a session as it was planned: it takes no pool, "
+                "workload, script or sbatch arguments"
+            )
+
+    def resolved(self) -> InjectRequest:
+        """The same request, its session paths absolute."""
+        return replace(
+            self,
+            resume=self.resume.resolve() if self.resume is not None else None,
+            reanalyze=self.reanalyze.resolve() if self.reanalyze is not None else None,
+            rerun_failing=(
+                self.rerun_failing.resolve() if self.rerun_failing is not None else None
+            ),
+        )
+
+
 def inject_loop(
-    *,
-    pool: str | None,
-    workload: str | None,
-    sbatch_script: Path | None,
-    batch_size: int | None,
-    window_mode: str | None,
-    base_dir: Path | None,
-    time_limit: str | None,
-    resume: Path | None,
-    reanalyze: Path | None,
-    rerun_failing: Path | None,
-    next_: Path | None,
-    iters: str | None,
-    no_analysis: bool,
-    no_progress: bool,
-    allow_duplicates: bool,
-    cancel_on_interrupt: bool,
-    list_pool: bool,
-    dry_run: bool,
-    force: bool,
-    as_json: bool,
-    extra_args: Sequence[str],
-    source: ConfigSource,
+    request: InjectRequest, flags: Mapping[str, tuple[Any, str]], source: ConfigSource
 ) -> int:
     """Run (or resume, re-run, re-analyse, list) a campaign. Returns the exit code: 0 done, 1 a
     failure, 3 an experiment unscored after re-analysis, 130 interrupted."""
@@ -70,46 +123,15 @@ def inject_loop(
     from nvrx.score.run import campaign_judge
     from nvrx.slurm import Slurm
 
-    if next_ is not None:
-        if resume or reanalyze or rerun_failing or pool or iters or dry_run or list_pool:
-            raise CommandError(
-                "--next reads one session and prints a pool: no other session or pool option"
-            )
-        return next_iteration(next_, source)
-    reanalyze = reanalyze.resolve() if reanalyze is not None else None
-    rerun_failing = rerun_failing.resolve() if rerun_failing is not None else None
-    resume = resume.resolve() if resume is not None else None
-    if reanalyze is not None and (
-        rerun_failing or resume or extra_args or dry_run or list_pool or no_analysis
-        or pool or workload or sbatch_script or batch_size or window_mode or base_dir or time_limit
-    ):  # fmt: skip
-        raise CommandError(
-            "--reanalyze works on a session alone: no other session, pool, job or sbatch option"
-        )
-    if force and reanalyze is None:
-        raise CommandError(
-            "--force applies to --reanalyze only (a campaign never runs on a damaged journal)"
-        )
-    if rerun_failing is not None and (resume or pool or workload or sbatch_script):
-        raise CommandError(
-            "--rerun-failing re-runs that session's campaign: no --resume, --pool, --workload "
-            "or --sbatch-script"
-        )
+    request.check()
+    if request.next_ is not None:
+        return next_iteration(request.next_, source)
+    r = request.resolved()
     entries: list[str] = []
     old: SessionState | None = None  # the journal of the session --rerun-failing re-runs
-    if rerun_failing is not None:
-        old = Session.open(rerun_failing).state()
+    if r.rerun_failing is not None:
+        old = Session.open(r.rerun_failing).state()
 
-    flags = {
-        "inject.pool": (pool, "--pool"),
-        "inject.workload": (workload, "--workload"),
-        "inject.sbatch_script": (sbatch_script, "--sbatch-script"),
-        "inject.batch_size": (batch_size, "--batch-size"),
-        "inject.window": (window_mode, "--window"),
-        "inject.base_experiments_dir": (base_dir, "--base-dir"),
-        "inject.time_limit": (time_limit, "--time-limit"),
-        "inject.iters": (iters, "--iters"),
-    }
     loaded = source.load(flags, submits=True)
     cfg = loaded.config.inject
     slurm = Slurm(loaded.config.slurm)
@@ -118,58 +140,53 @@ def inject_loop(
         if not entries:
             counted = ", ".join(cfg.stop_dimensions)
             stdout().print(
-                f"every experiment of {rerun_failing} passes {counted}: nothing to re-run"
+                f"every experiment of {r.rerun_failing} passes {counted}: nothing to re-run"
             )
             return 0
         stderr().print(
-            f"note: re-running {len(entries)} failing experiment(s) of {rerun_failing} "
+            f"note: re-running {len(entries)} failing experiment(s) of {r.rerun_failing} "
             "with its recorded workload, script and shape",
         )
 
     def analysis(gpus_per_node: int) -> tuple[Analyzers, Judge] | None:
         """The analysers and the judge, built (and their settings checked) before any session
         is created or resumed."""
-        if no_analysis:
+        if r.no_analysis:
             return None
         return Analyzers.from_config(loaded.config, gpus_per_node), campaign_judge(
             loaded.config, warn
         )
 
-    if reanalyze is not None:
-        session, state = open_session(reanalyze, force)
+    if r.reanalyze is not None:
+        session, state = open_session(r.reanalyze, r.force)
         tools = analysis(state.gpus_per_node())
         assert tools is not None  # --reanalyze refuses --no-analysis
         analyst = Analyst(session, *tools, cfg.analysis_workers)
-        return reanalyze_session(session, state, analyst, as_json, force, cfg.stop_dimensions)
-    if resume is not None:
-        if extra_args or pool or workload or sbatch_script or list_pool or dry_run:
-            raise CommandError(
-                "--resume finishes a session as it was planned: it takes no pool, "
-                "workload, script or sbatch arguments"
-            )
-        session = Session.open(resume)
+        return reanalyze_session(session, state, analyst, r.as_json, r.force, cfg.stop_dimensions)
+    if r.resume is not None:
+        session = Session.open(r.resume)
         state = session.state()
         window = campaign_window(loaded, state.info)
         tools = analysis(state.gpus_per_node())
     else:
-        if rerun_failing is not None and old is not None:
-            plan = rerun_plan(rerun_failing, old, entries)
-            home = rerun_failing.parent.parent  # beside OLD: the stop condition compares them
+        if r.rerun_failing is not None and old is not None:
+            plan = rerun_plan(r.rerun_failing, old, entries)
+            home = r.rerun_failing.parent.parent  # beside OLD: the stop condition compares them
             window = campaign_window(loaded, old.info)
-        elif list_pool:  # the pool alone: listing it needs no sbatch script yet
-            listed = plan_pool(loaded, allow_duplicates=allow_duplicates)
+        elif r.list_pool:  # the pool alone: listing it needs no sbatch script yet
+            listed = plan_pool(loaded, allow_duplicates=r.allow_duplicates)
             note_duplicates(listed.pool.duplicates)
-            return _list_pool(list(listed.pool.experiments), listed.gpus_per_node, as_json)
+            return _list_pool(list(listed.pool.experiments), listed.gpus_per_node, r.as_json)
         else:
-            plan = make_plan(loaded, allow_duplicates=allow_duplicates, extra_args=extra_args)
+            plan = make_plan(loaded, allow_duplicates=r.allow_duplicates, extra_args=r.extra_args)
             home = Path(cfg.base_experiments_dir)
             window = campaign_window(loaded)
         note_duplicates(plan.pool.duplicates)
-        if list_pool:  # with --rerun-failing: the pool the re-run would run
-            return _list_pool(list(plan.pool.experiments), plan.spec.gpus_per_node, as_json)
+        if r.list_pool:  # with --rerun-failing: the pool the re-run would run
+            return _list_pool(list(plan.pool.experiments), plan.spec.gpus_per_node, r.as_json)
         lines = planned_commands(plan, slurm, home)
-        if dry_run:
-            if as_json:
+        if r.dry_run:
+            if r.as_json:
                 listing = pool_json(list(plan.pool.experiments), plan.spec.gpus_per_node)
                 for entry, argv in zip(listing["experiments"], lines, strict=True):
                     entry["sbatch"] = argv
@@ -183,10 +200,10 @@ def inject_loop(
 
     reporter = (
         LiveReporter(stdout())
-        if sys.stdout.isatty() and not as_json and not no_progress
-        else LineReporter(stderr() if as_json else stdout())
+        if sys.stdout.isatty() and not r.as_json and not r.no_progress
+        else LineReporter(stderr() if r.as_json else stdout())
     )
-    if not as_json:
+    if not r.as_json:
         stdout().print(f"session: {session.dir}")
     campaign = Campaign(
         session,
@@ -195,7 +212,7 @@ def inject_loop(
         window=window,
         poll_interval=loaded.config.slurm.poll_interval,
         cap_seconds=cfg.experiment_timeout,
-        cancel_on_interrupt=cancel_on_interrupt,
+        cancel_on_interrupt=r.cancel_on_interrupt,
         analyst=Analyst(session, *tools, cfg.analysis_workers) if tools is not None else None,
     )
     try:
@@ -206,12 +223,12 @@ def inject_loop(
     code = 1 if outcome.error else 130 if outcome.interrupted else 0
     if campaign.analyst is not None:
         campaign.analyst.close()
-    if as_json:
+    if r.as_json:
         write_document(summary, code)
     else:
         print_summary(stdout(), summary)
     if campaign.analyst is not None:
-        finish_report(session.dir, as_json, dimensions=cfg.stop_dimensions)
+        finish_report(session.dir, r.as_json, dimensions=cfg.stop_dimensions)
     if outcome.error:  # one line, as every failure; the document above already carries it
         error_line(outcome.error)
     return code
