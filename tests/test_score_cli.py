@@ -490,3 +490,15 @@ def test_case_names_never_fold_mid_word_on_a_terminal(columns: int) -> None:
     for case in cases:
         name = case.id.rpartition("/")[2]
         assert any(line.split()[1:2] == [name] for line in screen.splitlines()[2:]), screen
+
+
+def test_the_score_request_takes_directories_or_the_ground_truth() -> None:
+    from nvrx.score.command import ScoreRequest
+    from nvrx.score.model import ScoreError
+
+    ScoreRequest(targets=(Path("session"),)).check()
+    ScoreRequest(fault_type="SIGKILL", rank=1, iteration=5, nodes=2).check()
+    with pytest.raises(ScoreError, match="not both"):
+        ScoreRequest(targets=(Path("session"),), rank=1).check()
+    with pytest.raises(ScoreError, match=r"missing: --iter, --nodes"):
+        ScoreRequest(fault_type="SIGKILL", rank=1).check()

@@ -95,32 +95,32 @@ def score_cmd(
 
     Offline with the deterministic rules judge, or with an LLM over an OpenAI-compatible API.
     """
-    from nvrx.score.command import score_command
+    from nvrx.score.command import ScoreRequest, score_command
 
-    raise typer.Exit(
-        score_command(
-            targets=targets,
-            judge=judge,
-            model=model,
-            base_url=base_url,
-            fault_type=fault_type,
-            rank=rank,
-            iteration=iteration,
-            nodes=nodes,
-            run_valid=run_valid,
-            log_path=log_path,
-            log_output=log_output,
-            fr_output=fr_output,
-            gpus_per_node=gpus_per_node,
-            segment_size=segment_size,
-            minimum=minimum,
-            as_json=as_json,
-            junit_path=junit_path,
-            markdown_path=markdown_path,
-            html=html,
-            no_cache=no_cache,
-            no_progress=no_progress,
-            concurrency=concurrency,
-            source=config_source(config, env_file, set_),
-        )
+    request = ScoreRequest(
+        targets=tuple(targets or ()),
+        judge=tuple(judge or ()),
+        fault_type=fault_type,
+        rank=rank,
+        iteration=iteration,
+        nodes=nodes,
+        run_valid=run_valid,
+        log_path=log_path,
+        log_output=log_output,
+        fr_output=fr_output,
+        minimum=tuple(minimum or ()),
+        as_json=as_json,
+        junit_path=junit_path,
+        markdown_path=markdown_path,
+        html=html,
+        no_progress=no_progress,
     )
+    flags = {
+        "score.model": (model, "--model"),
+        "score.base_url": (base_url, "--base-url"),
+        "score.segment_size": (segment_size, "--segment-size"),
+        "score.concurrency": (concurrency, "--concurrency"),
+        "score.cache": (False if no_cache else None, "--no-cache"),
+        "slurm.gpus_per_node": (gpus_per_node, "--gpus-per-node"),
+    }
+    raise typer.Exit(score_command(request, flags, config_source(config, env_file, set_)))

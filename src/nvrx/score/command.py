@@ -4,11 +4,14 @@ their reports and the thresholds' exit code."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nvrx.config import ConfigSource
 from nvrx.contract import write_document
+from nvrx.score.model import ScoreError
 from nvrx.terminal import Output, note, stderr, stdout, warn, write_outputs
 
 
@@ -33,31 +36,51 @@ def _score_with_progress(judges: list[Any], cases: list[Any], *, live: bool) -> 
         return score(judges, cases, lambda: bar.advance(task))
 
 
+@dataclass(frozen=True)
+class ScoreRequest:
+    """What the command line asked `score` for, beyond the settings its flags set (the flags
+    map, built with the options in `cli.score`)."""
+
+    targets: tuple[Path, ...] = ()  # session or experiment directories
+    judge: tuple[str, ...] = ()  # judge specs; none: the configured ones
+    fault_type: str | None = None  # the ground truth, when no directory is given
+    rank: int | None = None
+    iteration: int | None = None
+    nodes: int | None = None
+    run_valid: str = "true"
+    log_path: Path | None = None
+    log_output: str = ""
+    fr_output: str = ""
+    minimum: tuple[str, ...] = ()
+    as_json: bool = False
+    junit_path: Path | None = None
+    markdown_path: Path | None = None
+    html: str | None = None
+    no_progress: bool = False
+
+    def check(self) -> None:
+        """One line naming what does not go together: directories, or the ground truth."""
+        truth = {
+            "--fault-type": self.fault_type,
+            "--rank": self.rank,
+            "--iter": self.iteration,
+            "--nodes": self.nodes,
+        }
+        if self.targets:
+            given = any(v is not None for v in truth.values())
+            if given or self.log_path or self.log_output:
+                raise ScoreError("give directories or the ground-truth flags, not both")
+            return
+        missing = [flag for flag, v in truth.items() if v is None]
+        if missing:
+            raise ScoreError(
+                "nothing to score: give session/experiment directories, or "
+                f"{', '.join(truth)} (missing: {', '.join(missing)})"
+            )
+
+
 def score_command(
-    *,
-    targets: list[Path] | None,
-    judge: list[str] | None,
-    model: str | None,
-    base_url: str | None,
-    fault_type: str | None,
-    rank: int | None,
-    iteration: int | None,
-    nodes: int | None,
-    run_valid: str,
-    log_path: Path | None,
-    log_output: str,
-    fr_output: str,
-    gpus_per_node: int | None,
-    segment_size: int | None,
-    minimum: list[str] | None,
-    as_json: bool,
-    junit_path: Path | None,
-    markdown_path: Path | None,
-    html: str | None,
-    no_cache: bool,
-    no_progress: bool,
-    concurrency: int | None,
-    source: ConfigSource,
+    request: ScoreRequest, flags: Mapping[str, tuple[Any, str]], source: ConfigSource
 ) -> int:
     """Score; returns 0 scored and every --min met, 1 a --min not met, 3 some case unscored."""
     from nvrx.score import report
@@ -69,53 +92,31 @@ def score_command(
         is_session,
         parse_bool,
     )
-    from nvrx.score.model import ScoreError
     from nvrx.score.output import render
     from nvrx.score.run import JudgeSpec, build_judges, default_judges, judge_label
 
-    flags = {
-        "score.model": (model, "--model"),
-        "score.base_url": (base_url, "--base-url"),
-        "score.segment_size": (segment_size, "--segment-size"),
-        "score.concurrency": (concurrency, "--concurrency"),
-        "score.cache": (False if no_cache else None, "--no-cache"),
-        "slurm.gpus_per_node": (gpus_per_node, "--gpus-per-node"),
-    }
     loaded = source.load(flags)
     cfg = loaded.config
     shape = Shape(cfg.slurm.gpus_per_node, cfg.score.segment_size)
-    truth_flags = {
-        "--fault-type": fault_type,
-        "--rank": rank,
-        "--iter": iteration,
-        "--nodes": nodes,
-    }
-    thresholds = [t for text in minimum or [] for t in report.Threshold.parse(text)]
-    specs = [JudgeSpec.parse(j) for j in judge] if judge else default_judges(cfg)
-    if targets:
-        if any(v is not None for v in truth_flags.values()) or log_path or log_output:
-            raise ScoreError("give directories or the ground-truth flags, not both")
-        cases = [case for target in targets for case in cases_from_path(target, shape)]
+    thresholds = [t for text in request.minimum for t in report.Threshold.parse(text)]
+    specs = [JudgeSpec.parse(j) for j in request.judge] if request.judge else default_judges(cfg)
+    request.check()  # after the values: a bad value is named before what is missing
+    if request.targets:
+        cases = [case for target in request.targets for case in cases_from_path(target, shape)]
     else:
-        missing = [flag for flag, v in truth_flags.items() if v is None]
-        if missing:
-            raise ScoreError(
-                "nothing to score: give session/experiment directories, or "
-                f"{', '.join(truth_flags)} (missing: {', '.join(missing)})"
-            )
-        assert fault_type is not None and rank is not None
-        assert iteration is not None and nodes is not None
+        assert request.fault_type is not None and request.rank is not None
+        assert request.iteration is not None and request.nodes is not None
         cases = [
             flags_case(
-                fault_type=fault_type,
-                rank=rank,
-                iteration=iteration,
-                nodes=nodes,
-                run_valid=parse_bool(run_valid, "--run-valid"),
+                fault_type=request.fault_type,
+                rank=request.rank,
+                iteration=request.iteration,
+                nodes=request.nodes,
+                run_valid=parse_bool(request.run_valid, "--run-valid"),
                 shape=shape,
-                log_path=log_path,
-                log_output=log_output,
-                fr_output=fr_output,
+                log_path=request.log_path,
+                log_output=request.log_output,
+                fr_output=request.fr_output,
             )
         ]
     judges = build_judges(
@@ -124,35 +125,37 @@ def score_command(
         warn=warn,
     )
 
-    verdicts = _score_with_progress(judges, cases, live=not (as_json or no_progress))
+    live = not (request.as_json or request.no_progress)
+    verdicts = _score_with_progress(judges, cases, live=live)
     label = judge_label(judges)
     for j in judges:
         for line in j.notes if j is not None else []:
             note(line)
     summary = report.summarise(verdicts, thresholds)
-    given_files = [p for p in (log_path,) if p is not None] + [
-        Path(v[1:]) for v in (log_output, fr_output) if v.startswith("@")
+    given_files = [p for p in (request.log_path,) if p is not None] + [
+        Path(v[1:]) for v in (request.log_output, request.fr_output) if v.startswith("@")
     ]
-    inputs = input_paths(list(targets or []), cases, given_files)
+    inputs = input_paths(list(request.targets), cases, given_files)
     outputs: list[Output] = [
         (path, flag, render)
         for path, flag, render in (
-            (junit_path, "--junit", lambda: report.junit(cases, verdicts, label)),
-            (markdown_path, "--markdown", lambda: report.markdown(cases, verdicts)),
+            (request.junit_path, "--junit", lambda: report.junit(cases, verdicts, label)),
+            (request.markdown_path, "--markdown", lambda: report.markdown(cases, verdicts)),
         )
         if path is not None
     ]
-    if html is not None:
+    if request.html is not None:
         from nvrx.score.html import page
 
         # No FILE: in the one session scored, else here (an experiment dir is an input).
-        place = targets[0] if targets and len(targets) == 1 and is_session(targets[0]) else Path()
+        one = request.targets[0] if len(request.targets) == 1 else None
+        place = one if one is not None and is_session(one) else Path()
         outputs.append(
-            (Path(html) if html else place / "score.html", "--html",
+            (Path(request.html) if request.html else place / "score.html", "--html",
              lambda: page(cases, verdicts, summary, label))
         )  # fmt: skip
     write_outputs(outputs, inputs)
-    if as_json:
+    if request.as_json:
         doc = report.as_json(cases, verdicts, summary, label)
         write_document(doc, doc.pop("exit_code"))
     else:
