@@ -25,8 +25,9 @@ the layers that read files.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from nvrx import lazy_names
 
 if TYPE_CHECKING:
     from nvrx.config.errors import ConfigError
@@ -142,12 +143,4 @@ __all__ = [
     "secret_env_values",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    try:
-        module = _WHERE[name]
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _WHERE)

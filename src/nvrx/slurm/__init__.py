@@ -6,8 +6,9 @@ adapter that runs commands.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from nvrx import lazy_names
 
 if TYPE_CHECKING:
     from nvrx.slurm.client import JobInfo, Slurm
@@ -84,12 +85,4 @@ __all__ = [
     "parse_task_indices",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    try:
-        module = _WHERE[name]
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _WHERE)
