@@ -35,9 +35,9 @@ from nvrx.campaign.pool import split_pool
 from nvrx.campaign.poolfile import pool_entries
 from nvrx.campaign.session import Record, SessionState
 from nvrx.config import load_config
-from nvrx.inject.analysis import ExperimentAnalysis
+from nvrx.inject.analyst import ExperimentAnalysis
+from nvrx.inject.driver import Campaign
 from nvrx.inject.plan import make_plan, start_session
-from nvrx.inject.run import Campaign
 from nvrx.inject.window import Window, WindowMode
 from nvrx.slurm import Slurm
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from nvrx.campaign.pool import Experiment, FaultType
 from nvrx.campaign.session import Session
+from nvrx.inject.driver import CampaignSpec, record_session
 from nvrx.inject.report import write_html
-from nvrx.inject.run import CampaignSpec, record_session
 from nvrx.inject.window import Window
 from nvrx.score.model import DIMENSIONS, PASS_VALUE
 

@@ -213,7 +213,7 @@ def test_a_workload_that_is_not_a_mapping_is_a_one_line_error(tmp_path: Path, bo
 
 @pytest.mark.parametrize("spec", [None, "not a spec", {"workload": "w", "no_such_field": 1}])
 def test_a_journal_without_a_usable_campaign_spec_is_a_pool_error(spec: object) -> None:
-    from nvrx.inject.run import CampaignSpec
+    from nvrx.inject.driver import CampaignSpec
 
     with pytest.raises(SessionError, match="the session's journal has"):
         CampaignSpec.from_json(spec)
@@ -238,7 +238,7 @@ def test_an_open_intent_is_called_never_submitted_only_once_it_had_time_to_show(
     from datetime import timedelta
 
     from nvrx.campaign.session import Session, utcnow
-    from nvrx.inject.run import Campaign
+    from nvrx.inject.driver import Campaign
     from tests.test_slurm_replay import Replay, slurm_for
 
     session = Session.create(tmp_path)
@@ -264,7 +264,7 @@ def test_a_campaign_whose_journal_has_no_spec_ends_with_an_error_not_a_traceback
     tmp_path: Path,
 ) -> None:
     from nvrx.campaign.session import Session
-    from nvrx.inject.run import Campaign
+    from nvrx.inject.driver import Campaign
     from tests.test_slurm_replay import Replay, slurm_for
 
     session = Session.create(tmp_path)

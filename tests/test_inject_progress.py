@@ -33,7 +33,7 @@ def test_the_view_counts_rates_and_estimates_from_the_finished_experiments(tmp_p
     )
     # A third experiment is in Slurm, a fourth still queued.
     from nvrx.campaign.pool import Experiment, FaultType
-    from nvrx.inject.run import CampaignSpec, record_session
+    from nvrx.inject.driver import CampaignSpec, record_session
 
     more = Session.create(tmp_path / "more", now=datetime(2026, 1, 2))
     spec = CampaignSpec(workload="w", script="s", gpus_per_node=4, time_limit="00:10:00")

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from nvrx.campaign.pool import Experiment, FaultType
 from nvrx.campaign.session import Session
+from nvrx.inject.driver import CampaignSpec, record_session
 from nvrx.inject.report import session_rows, write_reports
 from nvrx.inject.rows import diff, failing_entries, matrix, rank_position, stop_condition
-from nvrx.inject.run import CampaignSpec, record_session
 from nvrx.inject.window import Window
 from nvrx.score.model import DIMENSIONS
 

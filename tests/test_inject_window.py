@@ -12,8 +12,8 @@ from nvrx.campaign.errors import JournalError
 from nvrx.campaign.session import Session
 from nvrx.config import load_config
 from nvrx.config.model import InjectSettings
+from nvrx.inject.driver import Campaign, CampaignSpec
 from nvrx.inject.plan import campaign_window
-from nvrx.inject.run import Campaign, CampaignSpec
 from nvrx.inject.window import Submit, Waiting, Window, WindowMode, choose
 from nvrx.slurm import SlurmParseError
 from nvrx.slurm.parse import parse_sinfo

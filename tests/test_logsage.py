@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from nvrx.config import load_config
-from nvrx.inject.analysis import LOGSAGE_OUTPUT, Analyzers, logsage_text
+from nvrx.inject.analyst import LOGSAGE_OUTPUT, Analyzers, logsage_text
 from nvrx.score.evidence import Attribution
 from nvrx.score.load import STRIPPED_LOG
 

@@ -14,7 +14,7 @@ import pytest
 
 from .cli_runner import clean_environ, slurm_settings
 from .cli_runner import nvrx as nvrx_in_process
-from .test_watch_run import healthy_run
+from .test_watch_watcher import healthy_run
 
 REPO = Path(__file__).resolve().parents[1]
 SESSION = REPO / "examples" / "score_demo" / "20261129_124154"

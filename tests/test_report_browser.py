@@ -127,8 +127,8 @@ def test_the_checks_catch_a_page_that_fetches(tmp_path: Path, proxy: Proxy) -> N
 def test_the_watch_timeline_loads_with_no_console_message_and_no_request(
     tmp_path: Path, proxy: Proxy
 ) -> None:
-    from .test_watch_run import watch
     from .test_watch_timeline import two_generations
+    from .test_watch_watcher import watch
 
     work = tmp_path / "work"
     two_generations(work)

@@ -15,7 +15,7 @@ import pytest
 
 from nvrx.campaign.pool import Experiment, FaultType
 from nvrx.campaign.session import Session
-from nvrx.inject.run import CampaignSpec, record_session
+from nvrx.inject.driver import CampaignSpec, record_session
 from nvrx.inject.window import Window
 
 from .cli_runner import nvrx as nvrx_in_process

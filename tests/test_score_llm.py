@@ -399,6 +399,6 @@ def test_the_schema_the_validator_and_the_ranking_allow_the_same_values() -> Non
     ],
 )
 def test_only_this_machine_counts_as_loopback(url: str, loopback: bool) -> None:
-    from nvrx.score.run import is_loopback
+    from nvrx.score.judges import is_loopback
 
     assert is_loopback(url) is loopback

@@ -301,7 +301,7 @@ def test_rank_mentions() -> None:
 def test_progress_counts_cases_whatever_the_number_of_judges() -> None:
     # Three rules judges voting on four cases: the bar moves four times, once per case, when
     # its last verdict is in (it used to count twelve).
-    from nvrx.score.run import score
+    from nvrx.score.judges import score
 
     truth = GroundTruth.build("SIGKILL", 5, 10, 2, 4, 32)
     text = attribution(*CORRECT["SIGKILL"])

@@ -17,7 +17,7 @@ import pytest
 from nvrx.config import WatchSettings
 from nvrx.watch.fleet import FleetError, build_fleet, discover
 
-from .test_watch_run import cycle_file, healthy_run, nvrx_watch, stalled_run
+from .test_watch_watcher import cycle_file, healthy_run, nvrx_watch, stalled_run
 
 
 def fleet(tmp_path: Path, *paths: Path, extra: tuple[str, ...] = ()) -> tuple[int, dict[str, Any]]:
@@ -199,7 +199,7 @@ def test_a_fleet_of_slurm_chains_costs_one_squeue_one_sinfo_and_one_sacct(tmp_pa
     from nvrx.watch.fleet import Fleet, Member
     from nvrx.watch.model import ChainRef
     from nvrx.watch.resolve import Target
-    from nvrx.watch.run import Watcher
+    from nvrx.watch.watcher import Watcher
     from tests.test_slurm_replay import Replay, slurm_for
 
     replay = Replay({"squeue": [(0, "", "")], "sinfo": [(0, "", "")], "sacct": [(0, "", "")]})
@@ -229,7 +229,7 @@ def test_a_fleet_pass_reads_every_chains_cycle_files_while_slurm_answers(
     from nvrx.watch.fleet import Fleet, Member
     from nvrx.watch.model import ChainRef
     from nvrx.watch.resolve import Target
-    from nvrx.watch.run import Watcher
+    from nvrx.watch.watcher import Watcher
     from tests.test_slurm_replay import Replay, slurm_for
 
     all_read = threading.Event()
@@ -251,7 +251,7 @@ def test_a_fleet_pass_reads_every_chains_cycle_files_while_slurm_answers(
         overlapped.append(all_read.wait(timeout=10))  # Slurm "answers" once the files are read
         return real_ask(*args, **kwargs)
 
-    monkeypatch.setattr("nvrx.watch.run.read_cycles", counted)
+    monkeypatch.setattr("nvrx.watch.watcher.read_cycles", counted)
     monkeypatch.setattr("nvrx.watch.observe.read_cycles", counted)
     monkeypatch.setattr(fleet, "observe_platforms", slow_slurm)
     slurm = slurm_for(
@@ -320,7 +320,7 @@ def test_mine_finds_one_job_per_chain_of_the_current_user_with_one_squeue() -> N
 
 
 def test_one_order_of_states_for_a_pass_a_chain_row_and_the_fleet() -> None:
-    from nvrx.watch.run import worst_state
+    from nvrx.watch.watcher import worst_state
 
     # Blind outranks critical, as exit 3 outranks 1 (docs/output-contract.md).
     assert worst_state(["critical", "blind", "warning"]) == "blind"

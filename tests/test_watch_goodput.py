@@ -110,7 +110,7 @@ def test_passes_remember_each_save_and_until_when_it_was_the_last(tmp_path: Path
 
 
 def test_a_watch_pass_reports_the_goodput_it_can_prove(tmp_path: Path) -> None:
-    from .test_watch_run import cycle_file, watch
+    from .test_watch_watcher import cycle_file, watch
 
     work = tmp_path / "w"
     now = datetime.now(UTC)
@@ -132,7 +132,7 @@ def test_a_watch_pass_reports_the_goodput_it_can_prove(tmp_path: Path) -> None:
 
 
 def test_goodput_reports_a_chain_and_a_fleet_and_changes_nothing(tmp_path: Path) -> None:
-    from .test_watch_run import healthy_run, nvrx_watch, stalled_run
+    from .test_watch_watcher import healthy_run, nvrx_watch, stalled_run
 
     stalled_run(tmp_path / "team" / "stalled")
     healthy_run(tmp_path / "team" / "healthy")
@@ -258,7 +258,7 @@ def test_remembered_shares_survive_the_state_file_and_junk_is_dropped(tmp_path: 
 
 
 def test_an_open_cycle_a_detector_calls_hung_is_not_productive(tmp_path: Path) -> None:
-    from .test_watch_run import cycle_file, watch
+    from .test_watch_watcher import cycle_file, watch
 
     # A cycle open for 3 h, no checkpoint update since it started: cycle_stalled says hung.
     work = tmp_path / "w"

@@ -14,7 +14,7 @@ from pathlib import Path
 from nvrx.watch.timeline import MAX_CYCLES
 
 from .test_inject_html import FETCHES
-from .test_watch_run import cycle_file, watch
+from .test_watch_watcher import cycle_file, watch
 
 
 def two_generations(work: Path) -> None:
@@ -76,7 +76,7 @@ def test_the_page_never_replaces_an_input(tmp_path: Path) -> None:
     two_generations(work)
     target = work / "nvrx" / "901" / "cycle_infos" / "cycle_info.901.0.0"
     before = target.read_bytes()
-    from .test_watch_run import nvrx_watch
+    from .test_watch_watcher import nvrx_watch
 
     proc = nvrx_watch(
         "--platform", "none", "--work-dir", str(work), "--state-dir", str(tmp_path / "s"),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ..test_watch_run import healthy_run
+from ..test_watch_watcher import healthy_run
 from .harness import (
     assert_bad_input,
     assert_ok_or_one_line_error,

@@ -195,7 +195,7 @@ def chain_with_manifest(work: Path) -> Path:
     """A chain work dir as submit-chain leaves it (its manifest) with cycle files."""
     from nvrx.chain.manifest import ChainManifest, Submitter, write_manifest
 
-    from ..test_watch_run import healthy_run
+    from ..test_watch_watcher import healthy_run
 
     healthy_run(work)
     manifest = work / "chain.json"
@@ -242,7 +242,7 @@ def test_no_watch_output_replaces_a_manifest_a_cycle_file_or_the_state(
 def test_watch_log_is_never_appended_through_a_link_or_into_a_fifo(
     tmp_path: Path, home: Path
 ) -> None:
-    from ..test_watch_run import healthy_run
+    from ..test_watch_watcher import healthy_run
 
     work, state = tmp_path / "work", tmp_path / "state"
     healthy_run(work)
@@ -263,7 +263,7 @@ def test_a_checkpoint_file_linked_out_of_the_work_dir_is_refused_unless_its_root
 ) -> None:
     import json
 
-    from ..test_watch_run import healthy_run
+    from ..test_watch_watcher import healthy_run
 
     work = tmp_path / "work"
     healthy_run(work)

@@ -32,7 +32,7 @@ from nvrx.config.yamlfile import read_yaml_file
 from nvrx.score.prompt import AnswerError, parse_answer
 from nvrx.watch.cycleformat import REQUIRED_KEYS, CycleParseError, parse_cycle_info
 
-from ..test_watch_run import cycle_file
+from ..test_watch_watcher import cycle_file
 from .harness import (
     Result,
     assert_no_traceback,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ..test_watch_run import cycle_file, healthy_run
+from ..test_watch_watcher import cycle_file, healthy_run
 from .harness import Result, assert_no_traceback, every_file_text, leaked, run_nvrx
 from .inputs import EchoJudge, FakeOpenAI, Reply, canary, fr, good, make_session
 

@@ -17,7 +17,7 @@ import pytest
 
 from nvrx.watch.cyclecache import _crc
 
-from ..test_watch_run import healthy_run
+from ..test_watch_watcher import healthy_run
 from .harness import Result, assert_no_traceback, run_nvrx
 
 WALL = 20.0

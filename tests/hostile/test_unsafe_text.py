@@ -12,7 +12,7 @@ import pytest
 
 from nvrx.campaign.session import TSV_HEADER
 
-from ..test_watch_run import healthy_run
+from ..test_watch_watcher import healthy_run
 from .harness import assert_bad_input, run_nvrx
 
 WALL = 20.0

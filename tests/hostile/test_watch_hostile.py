@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from ..test_watch_run import cycle_file, healthy_run
+from ..test_watch_watcher import cycle_file, healthy_run
 from .harness import assert_no_traceback, run_nvrx
 
 WALL = 15.0

@@ -101,7 +101,8 @@ def inject_loop(
     """Run (or resume, re-run, re-analyse, list) a campaign. Returns the exit code: 0 done, 1 a
     failure, 3 an experiment unscored after re-analysis, 130 interrupted."""
     from nvrx.campaign.session import Session, SessionState
-    from nvrx.inject.analysis import Analyst, Analyzers, Judge
+    from nvrx.inject.analyst import Analyst, Analyzers, Judge
+    from nvrx.inject.driver import Campaign
     from nvrx.inject.output import (
         LineReporter,
         LiveReporter,
@@ -119,8 +120,7 @@ def inject_loop(
     )
     from nvrx.inject.rows import failing_entries
     from nvrx.inject.rows import rows as report_rows
-    from nvrx.inject.run import Campaign
-    from nvrx.score.run import campaign_judge
+    from nvrx.score.judges import campaign_judge
     from nvrx.slurm import Slurm
 
     request.check()

@@ -16,7 +16,7 @@ from rich.text import Text
 from nvrx.campaign.pool import Experiment
 from nvrx.campaign.session import Record, SessionState
 from nvrx.config import STOP_DIMENSIONS
-from nvrx.inject.analysis import ExperimentAnalysis
+from nvrx.inject.analyst import ExperimentAnalysis
 from nvrx.score.model import DIMENSIONS, PASS_VALUE
 
 _STATE_STYLE = {"COMPLETED": "green", "FAILED": "red", "CANCELLED": "yellow", "TIMEOUT": "yellow"}

@@ -12,7 +12,7 @@ from nvrx.campaign.pool import Pool, at_iterations, build_pool
 from nvrx.campaign.poolfile import pool_entries
 from nvrx.campaign.session import Record, Session, SessionState
 from nvrx.config import LoadedConfig
-from nvrx.inject.run import SITE_VARIABLES, CampaignSpec, experiment_options, record_session
+from nvrx.inject.driver import SITE_VARIABLES, CampaignSpec, experiment_options, record_session
 from nvrx.inject.window import Window, WindowMode
 from nvrx.inject.workloads import Workload, WorkloadError, find_workload, load_registry
 from nvrx.slurm import Slurm

@@ -18,7 +18,7 @@ from nvrx.terminal import Output, note, stderr, stdout, warn, write_outputs
 def _score_with_progress(judges: list[Any], cases: list[Any], *, live: bool) -> list[Any]:
     """The verdicts; on a terminal, with a progress bar (verdicts so far, elapsed, remaining)
     that goes away when they are all in, for anything more than one case."""
-    from nvrx.score.run import score
+    from nvrx.score.judges import score
 
     if not (live and sys.stdout.isatty() and len(cases) > 1):
         return score(judges, cases)
@@ -84,6 +84,7 @@ def score_command(
 ) -> int:
     """Score; returns 0 scored and every --min met, 1 a --min not met, 3 some case unscored."""
     from nvrx.score import report
+    from nvrx.score.judges import JudgeSpec, build_judges, default_judges, judge_label
     from nvrx.score.load import (
         Shape,
         cases_from_path,
@@ -93,7 +94,6 @@ def score_command(
         parse_bool,
     )
     from nvrx.score.output import render
-    from nvrx.score.run import JudgeSpec, build_judges, default_judges, judge_label
 
     loaded = source.load(flags)
     cfg = loaded.config

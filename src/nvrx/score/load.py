@@ -29,7 +29,7 @@ ANALYSIS_DIR = "analysis"
 RUN_VALID = "run_valid.txt"
 LOG_ATTRIBUTION = "log_attribution.txt"
 FR_ANALYSIS = "fr_analysis.txt"
-STRIPPED_LOG = "stripped.log"  # the blinded log every analyser reads (inject.analysis writes it)
+STRIPPED_LOG = "stripped.log"  # the blinded log every analyser reads (inject.analyst writes it)
 
 
 JUDGED_FILES = (RUN_VALID, LOG_ATTRIBUTION, FR_ANALYSIS)  # what a verdict is a function of

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from nvrx.config import WatchSettings
     from nvrx.slurm import Slurm
     from nvrx.watch.output import Line
-    from nvrx.watch.run import PassResult, Watcher
+    from nvrx.watch.watcher import PassResult, Watcher
 
 TIMELINE_PAGE = "timeline.html"  # `--html` with no FILE: in the chain's state directory
 
@@ -286,7 +286,7 @@ def watch(
     from nvrx.watch.detectors.fleet import FLEET_DETECTORS
     from nvrx.watch.output import pass_json, pass_lines
     from nvrx.watch.resolve import Overrides, WatchBlind, resolve
-    from nvrx.watch.run import Watcher
+    from nvrx.watch.watcher import Watcher
 
     loaded = source.load(flags)
     # What is loaded by now (modules, the settings) lives until exit: the collector need not

@@ -24,8 +24,8 @@ from nvrx.watch.detectors.fleet import failed_cycles, run_fleet_detectors
 from nvrx.watch.model import Finding, Platform, Severity
 from nvrx.watch.observe import observe_platforms
 from nvrx.watch.resolve import Overrides, Target, WatchError, refuse_input, resolve
-from nvrx.watch.run import EXIT_CRITICAL, EXIT_DEGRADED, PassResult, Watcher
 from nvrx.watch.sinks import ChainMetrics, prometheus_text, write_textfile
+from nvrx.watch.watcher import EXIT_CRITICAL, EXIT_DEGRADED, PassResult, Watcher
 
 # A fleet is a team's chains, not a file system: past these a PATH is a mistake.
 MAX_FLEET_CHAINS = 1000

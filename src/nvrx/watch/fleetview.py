@@ -23,7 +23,7 @@ from nvrx.watch.output import (
     pass_json,
     percent,
 )
-from nvrx.watch.run import EXIT_DEGRADED, worst_state
+from nvrx.watch.watcher import EXIT_DEGRADED, worst_state
 
 
 def chain_state(chain: ChainPass) -> str:

@@ -14,7 +14,7 @@ from nvrx.slurm.hostlist import compress
 from nvrx.watch.detectors.common import iso_time
 from nvrx.watch.goodput import CATEGORIES, NOT_READ, SOURCES, Goodput, span_text
 from nvrx.watch.model import Finding, Severity
-from nvrx.watch.run import PassResult
+from nvrx.watch.watcher import PassResult
 
 JSON_SCHEMA = SCHEMA  # the one output contract's (nvrx.contract)
 FUTURE_SLACK = 5.0  # seconds: a time this far after the pass started is "now", not the future

@@ -25,7 +25,7 @@ from nvrx.watch.goodput import CATEGORIES, Goodput, span_text
 from nvrx.watch.model import CycleInfo, Finding, Severity
 
 if TYPE_CHECKING:
-    from nvrx.watch.run import PassResult
+    from nvrx.watch.watcher import PassResult
 
 MAX_CYCLES = 400
 MAX_NODES = 96

@@ -101,7 +101,7 @@ def test_a_reanalysis_keeps_one_row_per_experiment(session: Path) -> None:
 def failing_upstream_fr(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stderr: str) -> str:
     """The error of the upstream FR adapter run on a stand-in for upstream's module that
     writes the Python expression `stderr` to its stderr and exits 1."""
-    from nvrx.inject import analysis
+    from nvrx.inject import analyst as analysis
 
     (tmp_path / "fake_fr.py").write_text(
         f"import os, sys\nsys.stderr.write({stderr})\nsys.exit(1)\n"
@@ -152,7 +152,7 @@ def test_an_experiment_whose_job_left_no_log_is_unscored_not_invalid(session: Pa
 
 
 def test_an_upstream_fr_analyzer_reads_a_missing_dump_dir_as_no_dumps(tmp_path: Path) -> None:
-    from nvrx.inject import analysis
+    from nvrx.inject import analyst as analysis
 
     text, doc = analysis.upstream_fr_analyzer(timeout=60)(tmp_path / "checkpoints", "_dump_*")
     assert (text, doc["ranks"]) == (analysis.NO_DUMPS, [])
@@ -169,7 +169,7 @@ def _logsage_config(tmp_path: Path, **settings: object) -> object:
 
 
 def test_logsages_json_answer_becomes_its_five_field_text() -> None:
-    from nvrx.inject.analysis import logsage_text
+    from nvrx.inject.analyst import logsage_text
     from nvrx.score.evidence import Attribution
 
     stop = {
@@ -195,7 +195,7 @@ def test_logsages_json_answer_becomes_its_five_field_text() -> None:
 
 @pytest.mark.parametrize("doc", [[], {"answer": 1}, {"error_count": 1, "error_analysis": "x"}])
 def test_an_answer_that_is_not_logsages_is_an_analysis_error(doc: object) -> None:
-    from nvrx.inject.analysis import AnalysisError, logsage_text
+    from nvrx.inject.analyst import AnalysisError, logsage_text
 
     with pytest.raises(AnalysisError, match="logsage output"):
         logsage_text(doc)
@@ -204,7 +204,7 @@ def test_an_answer_that_is_not_logsages_is_an_analysis_error(doc: object) -> Non
 def test_logsage_without_the_package_or_with_a_bad_python_is_refused_before_any_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nvrx.inject.analysis import AnalyserSetupError, Analyzers
+    from nvrx.inject.analyst import AnalyserSetupError, Analyzers
 
     monkeypatch.delenv("NVRX_LOGSAGE_SCRIPT", raising=False)
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
@@ -219,7 +219,7 @@ def test_logsage_without_the_package_or_with_a_bad_python_is_refused_before_any_
 def test_logsage_at_a_remote_endpoint_needs_a_key_but_a_loopback_one_does_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nvrx.inject.analysis import AnalyserSetupError, Analyzers
+    from nvrx.inject.analyst import AnalyserSetupError, Analyzers
 
     monkeypatch.delenv("NVRX_LOGSAGE_SCRIPT", raising=False)
     monkeypatch.delenv("NVIDIA_API_KEY", raising=False)

@@ -528,7 +528,7 @@ def test_a_suspect_node_is_drained_only_with_act(tmp_path: Path, act: bool, expe
     from nvrx.watch.detectors import suspect_node
     from nvrx.watch.model import ChainRef
     from nvrx.watch.resolve import Target
-    from nvrx.watch.run import PassResult, Watcher
+    from nvrx.watch.watcher import PassResult, Watcher
     from tests.test_slurm_replay import Replay, slurm_for
     from tests.test_watch_detectors import LIVE, SUSPECT_N2, snap
 

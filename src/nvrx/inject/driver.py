@@ -30,7 +30,7 @@ from nvrx.campaign.errors import CampaignError, SessionError
 from nvrx.campaign.pool import Experiment
 from nvrx.campaign.session import Record, Session, SessionState, utcnow
 from nvrx.config import redact_argv
-from nvrx.inject.analysis import Analyst, ExperimentAnalysis
+from nvrx.inject.analyst import Analyst, ExperimentAnalysis
 from nvrx.inject.window import Submit, Waiting, Window, WindowMode, choose
 from nvrx.slurm import ErrorKind, Slurm, SlurmError, SlurmValueError, SubmitOptions
 from nvrx.slurm.poller import JobStatus, StatePoller

@@ -298,7 +298,7 @@ def _logsage(config: NvrxConfig, secrets: Sequence[str]) -> LogAnalyzer:
 def _logsage_key(config: NvrxConfig, base_url: str) -> str:
     """The key logsage sends: inject.llm_api_key, its key file, or NVIDIA_API_KEY; a loopback
     endpoint may have none (ChatNVIDIA still wants a value)."""
-    from nvrx.score.run import is_loopback  # the one loopback test
+    from nvrx.score.judges import is_loopback  # the one loopback test
 
     inj = config.inject
     if inj.llm_api_key is not None:
