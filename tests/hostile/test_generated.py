@@ -27,8 +27,9 @@ from nvrx.campaign.errors import PoolError
 from nvrx.campaign.pool import FaultType, build_pool
 from nvrx.campaign.poolfile import pool_entries
 from nvrx.config import FIELDS, SECTIONS, ConfigError
+from nvrx.config.load import read_config_text
 from nvrx.config.shellwords import parse_env_file
-from nvrx.config.yamlfile import read_yaml_file
+from nvrx.config.yamlfile import yaml_settings
 from nvrx.score.prompt import AnswerError, parse_answer
 from nvrx.watch.cycleformat import REQUIRED_KEYS, CycleParseError, parse_cycle_info
 
@@ -125,7 +126,10 @@ def test_generated_config_files(tmp_path: Path, text: str) -> None:
     config.write_text(text)
     expect_one_line(
         call_in_child(
-            lambda: read_yaml_file(config), (ConfigError,), label="read_yaml_file", cwd=where
+            lambda: yaml_settings(read_config_text(config, "config file"), config),
+            (ConfigError,),
+            label="yaml_settings",
+            cwd=where,
         )
     )
     proc = run_nvrx("config", "show", "--config", str(config), cwd=where, wall=WALL)

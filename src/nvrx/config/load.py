@@ -163,9 +163,10 @@ def load_config(
     layered: Layered = {}
     yaml_path = find_config_file(config_file, environ, cwd, home)
     if yaml_path is not None:
-        from nvrx.config.yamlfile import read_yaml_file  # yaml only when there is a file
+        from nvrx.config.yamlfile import yaml_settings  # yaml only when there is a file
 
-        for key, value in read_yaml_file(yaml_path).items():
+        text = read_config_text(yaml_path, "config file")
+        for key, value in yaml_settings(text, yaml_path).items():
             layered[key] = (value, Origin("file", str(yaml_path)))
 
     if env_file is None and environ.get("NVRX_ENV_FILE", "").strip():

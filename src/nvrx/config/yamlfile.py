@@ -11,7 +11,6 @@ import yaml
 from pydantic.fields import FieldInfo
 
 from nvrx.config.errors import ConfigError
-from nvrx.config.load import read_config_text
 from nvrx.config.model import FIELDS, SECTIONS
 from nvrx.config.values import command_words
 from nvrx.display import did_you_mean
@@ -95,9 +94,10 @@ def parse_yaml(text: str, what: str) -> Any:
         raise ConfigError(f"{what} is nested too deeply") from None
 
 
-def read_yaml_file(path: Path) -> dict[str, Any]:
-    """Flatten a YAML config file to dotted keys; unknown keys are an error naming the file."""
-    data = parse_yaml(read_config_text(path, "config file"), f"config file {path}")
+def yaml_settings(text: str, path: Path) -> dict[str, Any]:
+    """A YAML config file's text (read by `config.load`) flattened to dotted keys; unknown
+    keys are an error naming the file."""
+    data = parse_yaml(text, f"config file {path}")
     if data is None:
         return {}
     if not isinstance(data, dict):
