@@ -991,16 +991,16 @@ def _first_failure(facts: _Facts, root: Failure, scan: Scan) -> LogAttribution:
         (root.rank,) if ranked and root.rank is not None else (),
         _clean(f"{who}: {_PRIMARY.get(fault, 'collective timeout (watchdog hang)')}"),
     )
-    others, after = scan.others(root)
+    others, also = scan.others(root)
     secondary = (
         (Issue(tuple(others), _clean(f"{_ranks_text(others)}: failed after it")),) if others else ()
     )
-    lines = [root, *after]
+    lines = [root, *also]
     evidence = tuple(Evidence(f.line, f.rank, _defuse(f.text)) for f in lines)
     # The other failures kept: those after the root, and weaker evidence before it (a store
     # lost, an exception a teardown signal followed) that the root outranks.
-    later = [f.line for f in after if f.line > root.line]
-    earlier = [f.line for f in after if f.line < root.line]
+    later = [f.line for f in also if f.line > root.line]
+    earlier = [f.line for f in also if f.line < root.line]
     aside = [f"what failed after it ({logscan.lines_text(later)})"] if later else []
     if earlier:
         aside.append(f"weaker evidence before it ({logscan.lines_text(earlier)})")

@@ -94,6 +94,11 @@ _ROOT_CAUSE = "Root Cause (first observed failure)"
 _REPORT_TIME = re.compile(r"^\s*time\s*:\s*\d")
 _REPORT_FIELD = re.compile(r"^\s*(?:\[\d+\]:|(?:time|host|rank|exitcode|error_file|traceback)\s*:)")
 
+# A Slurm client's request that failed, and why (`srun: error: Unable to create step for job 65:
+# <reason>`, `sbatch: error: Batch job submission failed: <reason>`): the reason says whether
+# Slurm was out of reach or refused the request as given.
+_CLIENT_FAILED = r"\b(?:srun|sbatch|salloc): error: [A-Z][^:\n]{0,80}: "
+
 # (fault class, pattern), most specific first; the first that matches a line names its failure.
 # The names are logattr's FaultClass values.
 PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
@@ -197,9 +202,9 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         # request that failed, and is no failure.
         (
             "SLURM_UNREACHABLE",
-            r"\b(?:srun|sbatch|salloc): error: [A-Z][^:\n]{0,80}: (?:Unable to contact slurm "
-            r"controller|Socket timed out on send/recv|Zero Bytes were transmitted or received"
-            r"|Protocol authentication error|Socket communication error)"
+            _CLIENT_FAILED + r"(?:Unable to contact slurm controller|Socket timed out on send/recv"
+            r"|Zero Bytes were transmitted or received|Protocol authentication error"
+            r"|Socket communication error)"
             r"|\bslurm_load_\w+(?::| error:) (?:Unable to contact slurm controller"
             r"|Socket timed out on send/recv|Zero Bytes were transmitted or received)"
             r"|\bMunge (?:encode|decode) failed|\bhas authentication error"
@@ -220,10 +225,9 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             # submission, a job step: `srun: error: Unable to create step for job 65: Requested
             # node configuration is not available`, `salloc: error: Job submit/allocate failed:
             # Job violates accounting/QOS policy ...`).
-            r"|\b(?:srun|sbatch|salloc): error: [A-Z][^:\n]{0,80}: (?:Requested node configuration"
-            r" is not available|Requested time limit is invalid|Invalid [\w ()/-]{1,60} "
-            r"specification|Job violates accounting/QOS policy|Memory specification can not be "
-            r"satisfied)"
+            r"|" + _CLIENT_FAILED + r"(?:Requested node configuration is not available"
+            r"|Requested time limit is invalid|Invalid [\w ()/-]{1,60} specification"
+            r"|Job violates accounting/QOS policy|Memory specification can not be satisfied)"
             r"|\bssh: Could not resolve hostname [^\s:;=]*(?::\d|[\s;=])",
         ),
         (
@@ -264,13 +268,13 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             # (`Net : Call to recv from 10.0.0.2<38309> failed : Connection refused`)
             r"|\bCall to (?:recv|send|connect)\b[^\n]{0,120}? failed ?: "
             r"(?:Connection|Broken pipe|No route|Network is unreachable)"
-            # Gloo's TCP transport losing or not reaching a peer (`[.../gloo/transport/tcp/
-            # pair.cc:598] Connection closed by peer [10.0.0.2]:4343`, `pair.h:301] Connect
-            # timeout`); its send/recv timeouts are hangs, below.
             # a failed CHECK (glog) over a connection to a peer: the network, not a code bug
             # (`SocketChannel.cpp:54] Check failed: len >= 0  peer=10.89.199.23: Connection reset by
             # peer [104]`, `LightNetwork.cpp:397] Check failed: ... Connection refused [111]`)
             r"|:\d+\] Check failed: [^\n]*\bConnection (?:refused|reset|closed)"
+            # Gloo's TCP transport losing or not reaching a peer (`[.../gloo/transport/tcp/
+            # pair.cc:598] Connection closed by peer [10.0.0.2]:4343`, `pair.h:301] Connect
+            # timeout`); its send/recv timeouts are hangs, below.
             r"|\bpair\.(?:cc|h):\d+\][^\n]*?(?:Connection (?:closed|refused|reset)|Connect timeout"
             r"|Read error|Write error)"
             # Gloo's full mesh not built, whatever its transport says (`... pair.cc:144] no
@@ -669,9 +673,10 @@ class Scan:
             # a SIGSEGV): guesses, not evidence. Alone, the first of them: killed (SIGKILL).
             self._record_last_resort(Failure("SIGKILL", None, no, text.strip()))
             return
+        if _TASK_FAILURE in text:
+            self.task_failed = True
         if _HOROVOD_SHUTDOWN in text or _TASK_FAILURE in text:
             self._record_last_resort(Failure("WORKLOAD_EXC", None, no, text.strip()))
-            self.task_failed = self.task_failed or _TASK_FAILURE in text
         if _NATIVE_FRAME.match(text):
             # A native backtrace whose signal or error line the log does not hold: a crash, the
             # root only when nothing else failed (after an exception its frames are that one's).
@@ -875,7 +880,8 @@ class Scan:
         return out
 
     def others(self, root: Failure) -> tuple[list[int], list[Failure]]:
-        """The ranks that failed besides the root's, and the first failures after it."""
+        """The ranks that failed besides the root's, and the first few other failures in log
+        order: after the root, or before it where the root outranks them (weaker evidence)."""
         self.settle()
         ranks = sorted(self.ranks - {root.rank} if root.rank is not None else self.ranks)
         return ranks, [f for f in self.early if f.line != root.line][: EARLY - 1]
