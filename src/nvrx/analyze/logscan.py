@@ -431,17 +431,14 @@ class Failure:
     when: Stamp | None = None  # the time its line (or its report entry) gives, if any
 
     def before(self, other: Failure) -> bool:
-        """Whether this failure came first: by the times both lines give in the same form (the
-        logs of several nodes or ranks concatenated, or interleaved by buffering, are not in
-        time order), else by place in the log."""
-        if self.when is not None and other.when is not None and self.when[0] == other.when[0]:
-            return (self.when[1], self.line) < (other.when[1], other.line)
-        return self.line < other.line
+        """Whether this failure came first (`earliest` of the two)."""
+        return earliest([self, other]) is self
 
 
 def earliest(failures: list[Failure]) -> Failure:
-    """The first of several failures: by time when every one gives it in the same form, else
-    by place in the log (times in mixed forms, or some missing, do not compare)."""
+    """The first of several failures: by time when every one gives it in the same form (the
+    logs of several nodes or ranks concatenated, or interleaved by buffering, are not in time
+    order), else by place in the log (times in mixed forms, or some missing, do not compare)."""
     kinds = {f.when[0] if f.when is not None else None for f in failures}
     if len(kinds) == 1 and None not in kinds:
         return min(failures, key=lambda f: (f.when[1] if f.when else "", f.line))
