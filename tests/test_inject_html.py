@@ -12,6 +12,8 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
+
 from nvrx.campaign.pool import Experiment, FaultType
 from nvrx.campaign.session import Record
 from nvrx.inject import html
@@ -173,3 +175,76 @@ def test_a_heatmap_starts_right_under_its_caption() -> None:
     picture = html._heatmap("t", ["A"], ["one", "two"], {("A", "one"): (1.0, "tip")})
     first_cell_y = float(re.search(r'<rect x="[\d.]+" y="([\d.]+)"', picture).group(1))  # type: ignore[union-attr]
     assert first_cell_y <= 30  # one line of column heads above it, no blank band
+
+
+def _rows(count: int, failing: bool, notes: str) -> list[Row]:
+    rows = []
+    fail = Verdict.model_validate({**verdict(rank_primary="false"), "notes": notes})
+    ok = Verdict.model_validate({**verdict(), "notes": notes})
+    for i in range(count):
+        experiment = Experiment(FaultType("SEGFAULT"), i % 16, 5 + i // 16, 4)
+        case = Case(
+            id=f"s/e{i}",
+            truth=GroundTruth(experiment.fault, experiment.rank, 5, 4, 4, 16, True),
+            experiment_dir=f"/s/e{i}",
+        )
+        v = fail if failing or i % 2 else ok
+        rows.append(Row(Record(i, experiment, Path(f"/s/e{i}")), case, v))
+    return rows
+
+
+def test_a_10000_experiment_page_stays_under_15_mb_even_when_every_one_fails() -> None:
+    # The worst case: every experiment fails (a brief section keeps its table), every note and
+    # every piece of evidence as long as the page keeps.
+    long = "<" * 10_000  # escaped, each character grows fourfold: the longest evidence can be
+    rows = _rows(10_000, True, "x" * 10_000)
+    shown = set(html.with_evidence(rows))
+    assert len(shown) == html.EVIDENCE_SECTIONS
+    cut = html.evidence_of(long, long, long, ("e/analysis/stripped.log",))
+    evidences = [
+        cut if i in shown else html.Evidence(files=("e/analysis/stripped.log",), shown=False)
+        for i in range(len(rows))
+    ]
+    page = html.page(Path("/s"), rows, (False, "not yet"), evidences, None)
+    assert page.count("<details") == 10_000
+    # Past the evidence's byte budget, even some of the first 1,000 are brief.
+    brief = page.count("Evidence not on this page")
+    assert brief > 9_000
+    assert f"the evidence itself is shown for {10_000 - brief} of them" in page
+    assert len(page.encode()) < 15_000_000
+
+
+def test_past_the_evidence_budget_the_experiments_that_fail_keep_their_evidence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(html, "EVIDENCE_SECTIONS", 2)
+    outcomes: list[tuple[str, dict[str, object] | None]] = [
+        (f"SEGFAULT:{i}:5:2", verdict(rank_primary="false") if i in (1, 3, 4) else verdict())
+        for i in range(5)
+    ]
+    session = session_with(tmp_path, "20260101_000000", outcomes)
+    for record in session.state().records:
+        analysis = record.dir / "analysis"
+        analysis.mkdir(parents=True)
+        (analysis / "log_attribution.txt").write_text(f"ATTRIBUTION-OF-{record.index}\n")
+    page = write_html(session.dir).read_text()
+    # The first two that fail (1 and 3) show theirs; the others link to their files.
+    assert "ATTRIBUTION-OF-1" in page and "ATTRIBUTION-OF-3" in page
+    for hidden in (0, 2, 4):
+        assert f"ATTRIBUTION-OF-{hidden}" not in page
+    assert page.count("Evidence not on this page") == 3
+    assert "the evidence itself is shown for 2 of them" in page
+    for link in re.findall(r"href='([^']+)'", page):
+        assert (session.dir / link).is_file(), link
+
+
+def test_a_long_trend_is_cut_and_says_where_every_change_is() -> None:
+    changes = [Change(f"SEGFAULT:{i}:5:2", "rank_any", "false", "true", True) for i in range(900)]
+    rows = _rows(2, False, "n")
+    page = html.page(
+        Path("/s"), rows, (False, ""), [html.Evidence()] * 2, (changes, ["GPU_SLEEP:0:5:2"], [])
+    )
+    assert page.count("<li class='up'>") == html.TREND_ITEMS
+    assert f"… and {900 + 1 - html.TREND_ITEMS} more" in page
+    assert "nvrx report diff</code> lists every one" in page
+    assert page.count('<svg role="img"') == 2  # no picture of 900 rows: the two heatmaps only

@@ -252,7 +252,7 @@ def test_the_driver_counts_its_own_pending_jobs_out_of_the_idle_nodes(tmp_path: 
     )
     submit(session, 0, "100")  # submitted, not yet seen running: it will take 2 of the 6
     state = session.state()
-    picks = campaign._choose(spec, state, state.by_status("planned"), 1)
+    picks = campaign._choose(spec, state, 1)
     assert picks == [Submit(2, ahead_of=1)]
     assert notes.notes == [
         "SIGKILL:0:5:2 goes ahead of SIGKILL:0:5:8, which needs 8 node(s) (4 idle)"
@@ -264,6 +264,6 @@ def test_a_sinfo_that_fails_means_pool_order_said_once(tmp_path: Path) -> None:
     campaign, spec, session, notes = driver(tmp_path, [down] * 200, 8, 2)
     state = session.state()
     for _ in range(2):
-        assert campaign._choose(spec, state, state.by_status("planned"), 1) == [Submit(0)]
+        assert campaign._choose(spec, state, 1) == [Submit(0)]
     assert len(notes.notes) == 1 and "idle nodes unknown" in notes.notes[0]
     assert "submitting in pool order" in notes.notes[0]

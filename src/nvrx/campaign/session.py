@@ -19,6 +19,7 @@ on-disk format: what a crash may leave in one, the others must read.
 
 from __future__ import annotations
 
+import bisect
 import errno
 import json
 import os
@@ -132,15 +133,19 @@ class JournalLines:
     events: list[tuple[int, dict[str, Any]]]
     skipped: tuple[int, ...] = ()
     torn_tail: bool = False
+    lines: int = 0  # whole lines read: the next append is line `lines + 1`
 
 
 class Journal:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def append(self, event: str, **fields: Any) -> None:
-        record = {"event": event, "at": utcnow().isoformat(), **fields}
-        _append(self.path, json.dumps(record, sort_keys=True) + "\n")
+    def append(self, event: str, **fields: Any) -> dict[str, Any]:
+        """Append one event, durably; the event as a reader of the journal will see it."""
+        text = json.dumps({"event": event, "at": utcnow().isoformat(), **fields}, sort_keys=True)
+        _append(self.path, text + "\n")
+        written: dict[str, Any] = json.loads(text)
+        return written
 
     def read(self, *, force: bool = False) -> JournalLines:
         """Every event, with its line number. A line that is not an event is an error naming
@@ -177,7 +182,7 @@ class Journal:
                 skipped.append(n)
             else:
                 raise JournalError(f"{self.path} line {n}: {problem}{FORCE_HINT}")
-        return JournalLines(events, tuple(skipped), torn)
+        return JournalLines(events, tuple(skipped), torn, len(lines))
 
 
 @dataclass
@@ -237,7 +242,9 @@ class Record:
 
 @dataclass
 class SessionState:
-    """The session rebuilt from its journal (a pure fold of the events)."""
+    """The session rebuilt from its journal (a pure fold of the events), and kept current
+    event by event by the driver (`Session.record`): what a pass asks of it (the records of a
+    status, how many, the first planned ones) costs what changed, never the journal's length."""
 
     info: dict[str, Any] = field(default_factory=dict)
     records: list[Record] = field(default_factory=list)
@@ -248,6 +255,11 @@ class SessionState:
     torn_tail: bool = False  # the last line was a write cut short by a crash
     passed_over: set[int] = field(default_factory=set)  # experiments something went ahead of
     by_index: dict[int, Record] = field(default_factory=dict, repr=False)
+    lines: int = 0  # journal lines folded in: the line number of the latest event
+    analysed_count: int = 0  # records with an analysis
+    ended_order: list[int] = field(default_factory=list, repr=False)  # as they ended
+    # Pool indices by status, each list sorted (pool order): kept by `set_status`.
+    _by_status: dict[str, list[int]] = field(default_factory=dict, repr=False)
 
     def notes(self, journal: Path) -> list[str]:
         """What a forced or crash-cut read left out, for the user to see."""
@@ -268,8 +280,28 @@ class SessionState:
             out.append(f"{journal}: the last line is a write cut short by a crash; ignored")
         return out
 
+    def set_status(self, record: Record, status: str) -> None:
+        """Move a record to `status` (every status change goes through here)."""
+        if record.status == status and record.index in self.by_index:
+            return
+        old = self._by_status.get(record.status)
+        if old is not None:
+            at = bisect.bisect_left(old, record.index)
+            if at < len(old) and old[at] == record.index:
+                del old[at]
+        record.status = status
+        bisect.insort(self._by_status.setdefault(status, []), record.index)
+
     def by_status(self, status: str) -> list[Record]:
-        return [r for r in self.records if r.status == status]
+        """The records of `status`, in pool order."""
+        return [self.by_index[i] for i in self._by_status.get(status, ())]
+
+    def first(self, status: str, count: int) -> list[Record]:
+        """The first `count` records of `status` in pool order."""
+        return [self.by_index[i] for i in self._by_status.get(status, ())[:count]]
+
+    def count(self, status: str) -> int:
+        return len(self._by_status.get(status, ()))
 
     def gpus_per_node(self, default: int = 1) -> int:
         """GPUs per node of the campaign the journal records (`default` when it has none)."""
@@ -281,7 +313,11 @@ class SessionState:
 def replay(journal: JournalLines, session_dir: Path, *, force: bool = False) -> SessionState:
     """Fold the events into the session's state. An event whose fields are damaged is an error
     naming the file and line (JournalError); with `force` it is skipped and counted."""
-    state = SessionState(torn_tail=journal.torn_tail, journal_path=session_dir / JOURNAL_NAME)
+    state = SessionState(
+        torn_tail=journal.torn_tail,
+        journal_path=session_dir / JOURNAL_NAME,
+        lines=journal.lines,
+    )
     skipped = list(journal.skipped)
     orphaned = 0
     for n, ev in journal.events:
@@ -332,6 +368,7 @@ def _apply(state: SessionState, ev: dict[str, Any], session_dir: Path, line: int
         record = Record(index, e, session_dir / e.dir_name)
         state.records.append(record)
         state.by_index[index] = record
+        bisect.insort(state._by_status.setdefault(record.status, []), index)
     elif kind == "interrupted":
         state.interruptions += 1
     elif kind in _RECORD_EVENTS:
@@ -340,7 +377,8 @@ def _apply(state: SessionState, ev: dict[str, Any], session_dir: Path, line: int
         if r is None:
             raise _Unplanned(f"index {str(ref)[:20]!r} names no planned experiment")
         if kind == "submitting":
-            r.status, r.job_name, r.comment = "submitting", ev["job_name"], ev["comment"]
+            r.job_name, r.comment = ev["job_name"], ev["comment"]
+            state.set_status(r, "submitting")
             r.intent_at = datetime.fromisoformat(ev["at"])
             ahead = ev.get("ahead_of")
             if ahead is not None:
@@ -349,13 +387,16 @@ def _apply(state: SessionState, ev: dict[str, Any], session_dir: Path, line: int
                 r.ahead_of = ahead
                 state.passed_over.add(ahead)
         elif kind == "submitted":
-            r.status, r.job_id = "submitted", str(ev["job_id"])
+            r.job_id = str(ev["job_id"])
+            state.set_status(r, "submitted")
             r.comment = ev.get("comment", r.comment)
             r.submitted_at = datetime.fromisoformat(ev["at"])
         elif kind == "not_submitted":
-            r.status = "planned"  # the queue proved the intent never became a job
+            state.set_status(r, "planned")  # the queue proved the intent never became a job
         elif kind == "ended":
-            r.status = "ended"
+            if r.status != "ended":
+                state.ended_order.append(r.index)
+            state.set_status(r, "ended")
             r.job_id = str(ev.get("job_id", r.job_id))
             r.state, r.exit = ev.get("state"), ev.get("exit")
             r.start, r.end = ev.get("start"), ev.get("end")
@@ -365,6 +406,7 @@ def _apply(state: SessionState, ev: dict[str, Any], session_dir: Path, line: int
             verdict = ev.get("verdict")
             if verdict is not None and not isinstance(verdict, dict):
                 raise TypeError(f"its verdict is a {type(verdict).__name__}, not an object")
+            state.analysed_count += r.analysis is None
             r.analysis = {k: v for k, v in ev.items() if k not in ("event", "verdict")}
             r.verdict, r.analysed_line = verdict, line
 
@@ -378,6 +420,7 @@ class Session:
         self.tsv = directory / TSV_NAME
         self._tracked: set[str] | None = None  # job ids with a tracking row, read once
         self._tracked_upto = 0  # every record before this pool index has its row
+        self.live: SessionState | None = None  # kept current by `record` once `follow` read it
 
     @property
     def session_id(self) -> str:
@@ -413,6 +456,26 @@ class Session:
     def state(self, *, force: bool = False) -> SessionState:
         """The state from the journal; `force` skips damaged lines (counted in the state)."""
         return replay(self.journal.read(force=force), self.dir, force=force)
+
+    def follow(self) -> SessionState:
+        """The state, read from the journal once and from then on kept current by `record`:
+        the one writer's view (the driver's), which never reads the journal again."""
+        self.live = self.state()
+        return self.live
+
+    def record(self, event: str, **fields: Any) -> None:
+        """Journal one event durably, then fold it into the followed state (when there is
+        one): the state is always what a fresh replay of the journal would give."""
+        written = self.journal.append(event, **fields)
+        if self.live is not None:
+            self.live.lines += 1
+            try:
+                _apply(self.live, written, self.dir, self.live.lines)
+            except (KeyError, TypeError, ValueError, PoolError) as exc:  # a bug of the writer
+                raise JournalError(
+                    f"{self.journal.path} line {self.live.lines}: event {event!r} does not "
+                    f"apply: {type(exc).__name__}: {str(exc)[:200]}"
+                ) from None
 
     def prepare_dir(self, record: Record) -> None:
         for sub in ("logs/slurm", "checkpoints", "tensorboard"):

@@ -502,7 +502,7 @@ class Analyst:
                 if result.verdict
                 else None
             )
-            self.session.journal.append("analysed", **result.event(), verdict=dumped)
+            self.session.record("analysed", **result.event(), verdict=dumped)
             finished.append((record, result))
         return finished
 

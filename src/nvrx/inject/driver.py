@@ -192,57 +192,57 @@ class Campaign:
         # nodes the partition shows idle (pending, unseen, or submitted after that pass).
         self._placed: set[str] = set()
         self._blind_nodes: str | None = None  # why idle nodes are unknown (said once)
+        self.state = SessionState()  # the session as the journal says, once `run` read it
 
     # --- the loop -------------------------------------------------------------------------
 
     def run(self) -> Outcome:
-        state = self.session.state()
+        # The journal is read once; from then on every event this driver writes is folded into
+        # `state` as it is journalled (`Session.record`): a pass costs what changed.
+        self.state = state = self.session.follow()
         try:
             spec = CampaignSpec.from_json(state.info.get("spec"))
             self._reconcile(state)
-            self.session.track(self.session.state())  # rows a killed driver had not written
+            self.session.track(state)  # rows a killed driver had not written
             if self.analyst is not None:  # ended before a crash or an interrupt, not analysed
                 for record in state.by_status("ended"):
                     if not record.analysed:
                         self.analyst.submit(record)
             while True:
                 self._collect()
-                state = self.session.state()
-                in_flight = state.by_status("submitted")
-                unsure = state.by_status("submitting")
-                planned = state.by_status("planned")
-                if not (in_flight or unsure or planned):
+                if not (
+                    state.count("submitted") or state.count("submitting") or state.count("planned")
+                ):
                     self._collect(block=True)
                     self.session.track(state, flush=True)
-                    return Outcome(self.session.state())
-                if unsure:
+                    return Outcome(state)
+                if state.count("submitting"):
                     self._reconcile(state)
-                    state = self.session.state()
-                    planned = state.by_status("planned")
-                    in_flight = state.by_status("submitted")
-                free = self.window.size - len(in_flight) - len(state.by_status("submitting"))
+                in_flight = state.count("submitted")
+                free = self.window.size - in_flight - state.count("submitting")
                 if self.window.mode is WindowMode.BARRIER and in_flight:
                     free = 0
-                for pick in self._choose(spec, state, planned, free):
+                for pick in self._choose(spec, state, free):
                     self._submit(spec, state.by_index[pick.index], state, pick.ahead_of)
                 self._check("waiting")
                 # Passes start every poll interval: the time a pass takes (queries, journal,
                 # submissions) is not added to the wait for the next.
                 self.sleep(max(0.0, self._last_pass + self.poll_interval - self.clock()))
                 self._last_pass = self.clock()
-                self._poll(self.session.state())
+                self._poll(state)
         except KeyboardInterrupt:
             return self._interrupted()
         except (SlurmError, SlurmValueError, CampaignError) as exc:
             self._collect(block=True)  # what ended is still analysed and journalled
-            self.session.track(self.session.state(), flush=True)
-            return Outcome(self.session.state(), error=str(exc))
+            self.session.track(state, flush=True)
+            return Outcome(state, error=str(exc))
 
-    def _choose(
-        self, spec: CampaignSpec, state: SessionState, planned: Sequence[Record], free: int
-    ) -> list[Submit]:
-        if free <= 0 or not planned:
+    def _choose(self, spec: CampaignSpec, state: SessionState, free: int) -> list[Submit]:
+        if free <= 0 or not state.count("planned"):
             return []
+        # `choose` never looks past the free slots and the look-ahead: the head of the pool is
+        # all it needs, whatever the pool's length.
+        planned = state.first("planned", free + self.window.look_ahead + 1)
         idle = None
         if self.window.mode is WindowMode.NODE_AWARE:
             idle = self._idle_nodes(spec, state)
@@ -289,10 +289,9 @@ class Campaign:
             return
         finished = self.analyst.collect(block=block)
         if finished:
-            state = self.session.state()
-            done = sum(r.analysed for r in state.records)
+            state = self.state
             for record, result in finished:
-                self.reporter.analysed(record, result, done, len(state.records))
+                self.reporter.analysed(record, result, state.analysed_count, len(state.records))
             self.analysed += len(finished)
             self._check("analysed", self.analysed)
 
@@ -307,16 +306,13 @@ class Campaign:
         options = experiment_options(spec, self.session, record)
         self.session.prepare_dir(record)
         self._check("before-submit")
-        self.session.journal.append(
+        self.session.record(
             "submitting",
             index=record.index,
             job_name=options.job_name,
             comment=options.comment,
             **({"ahead_of": ahead_of} if ahead_of is not None else {}),
         )
-        if ahead_of is not None:  # the head is passed over once, whatever happens next
-            record.ahead_of = ahead_of
-            state.passed_over.add(ahead_of)
         try:
             sub = self.slurm.submit(options, script=Path(spec.script))
         except SlurmError as exc:
@@ -325,17 +321,13 @@ class Campaign:
                 # is settled by the queue (or accounting) before anything is submitted again.
                 self.reporter.note(f"submission of {record.experiment.entry} unsettled: {exc}")
                 return
-            self.session.journal.append("submit_failed", index=record.index, error=str(exc))
-            self.session.journal.append("not_submitted", index=record.index)
+            self.session.record("submit_failed", index=record.index, error=str(exc))
+            self.session.record("not_submitted", index=record.index)
             raise
         self.submissions += 1
-        self.session.journal.append(
-            "submitted", index=record.index, job_id=sub.job_id, comment=sub.comment
-        )
-        record.job_id, record.status = sub.job_id, "submitted"
+        self.session.record("submitted", index=record.index, job_id=sub.job_id, comment=sub.comment)
         self.session.track(state)
-        done = len(state.by_status("ended"))
-        self.reporter.submitted(record, done, len(state.records))
+        self.reporter.submitted(record, state.count("ended"), len(state.records))
         self._check("after-submit")
 
     def _poll(self, state: SessionState) -> None:
@@ -356,11 +348,11 @@ class Campaign:
                 self._ended(record, status, state)
             elif status is not None and status.state.is_live:
                 self._cap(record)
-        self.reporter.waiting(self.session.state(), blind)
+        self.reporter.waiting(state, blind)
 
     def _ended(self, record: Record, status: JobStatus, state: SessionState) -> None:
         task = status.tasks[0] if status.tasks else None
-        self.session.journal.append(
+        self.session.record(
             "ended",
             index=record.index,
             job_id=record.job_id,
@@ -369,9 +361,7 @@ class Campaign:
             start=task.start.isoformat() if task and task.start else None,
             end=task.end.isoformat() if task and task.end else None,
         )
-        record.status, record.state = "ended", status.state.value
-        record.exit = str(task.exit) if task and task.exit else None
-        self.reporter.ended(record, len(state.by_status("ended")), len(state.records))
+        self.reporter.ended(record, state.count("ended"), len(state.records))
         if self.analyst is not None:
             self.analyst.submit(record)
 
@@ -383,7 +373,7 @@ class Campaign:
             return
         assert record.job_id is not None
         self.slurm.cancel([record.job_id])
-        self.session.journal.append(
+        self.session.record(
             "cancelled", index=record.index, reason=f"over the {self.cap_seconds:g}s cap"
         )
         self.reporter.note(
@@ -430,12 +420,11 @@ class Campaign:
                         f"{record.experiment.entry}: no job yet; deciding after {settle:g} s"
                     )
                     continue
-                self.session.journal.append("not_submitted", index=record.index)
+                self.session.record("not_submitted", index=record.index)
                 continue
-            self.session.journal.append(
+            self.session.record(
                 "submitted", index=record.index, job_id=job, comment=record.comment, recovered=True
             )
-            record.job_id = job
             self.session.track(state)
             self.reporter.note(
                 f"found {record.experiment.entry} as job {job} (submitted before the restart)"
@@ -445,7 +434,7 @@ class Campaign:
         if self.analyst is not None:  # keep what finished; the rest is redone on --resume
             self._collect()
             self.analyst.close(cancel=True)
-        state = self.session.state()
+        state = self.state
         in_flight = [r.job_id for r in state.by_status("submitted") if r.job_id]
         cancelled: list[str] = []
         if self.cancel_on_interrupt and in_flight:
@@ -454,9 +443,9 @@ class Campaign:
                 cancelled = in_flight
             except SlurmError as exc:
                 self.reporter.note(f"could not cancel in-flight jobs {in_flight}: {exc}")
-        self.session.journal.append("interrupted", cancelled=cancelled)
-        self.session.track(self.session.state(), flush=True)
-        return Outcome(self.session.state(), interrupted=True)
+        self.session.record("interrupted", cancelled=cancelled)
+        self.session.track(state, flush=True)
+        return Outcome(state, interrupted=True)
 
 
 def record_session(

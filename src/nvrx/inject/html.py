@@ -5,7 +5,13 @@ Self-contained means it works opened from a shared filesystem with no network: i
 SVG, no script, no font, no image, no link outside the session but its own files (relative
 links). Everything from outside (log lines, judge notes, file names) is HTML-escaped. Each
 experiment's evidence is cut (`EXCERPT_CHARS`, `TABLE_CHARS`) so that a 1,000-experiment page
-stays a few megabytes.
+stays a few megabytes; past `EVIDENCE_SECTIONS` experiments, only those that do not pass carry
+their evidence (the first `EVIDENCE_SECTIONS` of them) and the others link to their files, and
+the list of changes since the previous session is cut at `TREND_ITEMS`: a 10,000-experiment
+page stays under 15 MB and opens in a browser in seconds.
+
+One module because the page's sections and its size budget are one layout: what each part may
+take is what keeps the whole bounded.
 
 Pure: `page` is a function of the rows and the evidence, which `inject.report` reads from each
 experiment's files (bounded reads) and `evidence_of` cuts.
@@ -13,9 +19,10 @@ experiment's files (bounded reads) and `evidence_of` cuts.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from nvrx.config import STOP_DIMENSIONS
@@ -29,6 +36,11 @@ from nvrx.score.model import DIMENSIONS
 EXCERPT_CHARS = 1200
 TABLE_CHARS = 900
 NOTES_CHARS = 600
+BRIEF_NOTES_CHARS = 200  # the judge's note in a section without its evidence
+EVIDENCE_SECTIONS = 1000  # experiments whose section carries the evidence itself
+EVIDENCE_BYTES = 6_000_000  # and the bytes those sections may take, all together
+TREND_ITEMS = 500  # changes listed one by one; `nvrx report diff` lists every one
+TREND_PICTURE_ROWS = 60  # changed experiments drawn in the picture of changes
 
 
 @dataclass(frozen=True)
@@ -39,6 +51,7 @@ class Evidence:
     attribution: str = ""  # the log analyser's 5-field text
     fr_table: str = ""  # the FR analyser's missing-rank table, or `no_dumps`
     files: tuple[str, ...] = ()  # paths relative to the session dir, for links
+    shown: bool = True  # False: past the page's evidence budget, the section links its files
 
 
 def _cut(text: str, limit: int, *, keep: str = "tail") -> str:
@@ -57,6 +70,16 @@ def evidence_of(log: str, attribution: str, fr_table: str, files: tuple[str, ...
         fr_table=_cut(fr_table, TABLE_CHARS, keep="head"),
         files=files,
     )
+
+
+def with_evidence(rows: Sequence[Row], dimensions: Sequence[str] = STOP_DIMENSIONS) -> list[int]:
+    """The positions of the rows whose section shows its evidence: every row up to
+    EVIDENCE_SECTIONS; beyond, the first EVIDENCE_SECTIONS that do not pass (what a reader opens
+    the page for)."""
+    if len(rows) <= EVIDENCE_SECTIONS:
+        return list(range(len(rows)))
+    failing = (i for i, r in enumerate(rows) if not passes_all(r.verdict, dimensions))
+    return [i for i, _ in zip(failing, range(EVIDENCE_SECTIONS), strict=False)]
 
 
 # --- pure rendering --------------------------------------------------------------------------
@@ -221,14 +244,25 @@ def _trend(
         f"<li class='{'up' if c.improved else 'down'}'>{'▲' if c.improved else '▼'} "
         f"{_e(c.entry)} {_e(SHORT.get(c.dimension, c.dimension))}: {_e(c.before)} → "
         f"{_e(c.after)}</li>"
-        for c in changes
+        for c in changes[:TREND_ITEMS]
     ]
-    items += [f"<li class='dim'>only in the previous session: {_e(e)}</li>" for e in only_old]
-    items += [f"<li class='dim'>new in this session: {_e(e)}</li>" for e in only_new]
+    room = max(TREND_ITEMS - len(items), 0)
+    items += [
+        f"<li class='dim'>only in the previous session: {_e(e)}</li>" for e in only_old[:room]
+    ]
+    room = max(TREND_ITEMS - len(items), 0)
+    items += [f"<li class='dim'>new in this session: {_e(e)}</li>" for e in only_new[:room]]
+    left = len(changes) + len(only_old) + len(only_new) - len(items)
+    if left:
+        items.append(
+            f"<li class='dim'>… and {left} more: <code>nvrx report diff</code> lists every one</li>"
+        )
     up = sum(c.improved for c in changes)
     picture = ""
-    if changes:  # report diff as a picture: changed experiments × dimensions
-        entries = sorted({c.entry for c in changes})
+    entries = sorted({c.entry for c in changes})
+    if changes and len(entries) <= TREND_PICTURE_ROWS:
+        # report diff as a picture: changed experiments × dimensions (a picture of thousands of
+        # rows is not read; the list says them)
         cells: dict[tuple[str, str], tuple[float | None, str]] = {
             (c.entry, SHORT.get(c.dimension, c.dimension)): (
                 1.0 if c.improved else 0.0,
@@ -255,40 +289,117 @@ def _trend(
     )
 
 
+def _escaped(text: str, limit: int, *, keep: str = "head") -> str:
+    """`text` HTML-escaped in at most `limit` bytes of UTF-8, its head or its tail (neither a
+    character nor an entity cut in two): escaping can make text six times longer, and non-Latin
+    text is three bytes a character, so a part's budget is counted in what the page carries."""
+    out = _e(text)
+    if len(out) * 4 <= limit:  # UTF-8 is at most 4 bytes a character: no need to encode
+        return out
+    data = out.encode()
+    if len(data) <= limit:
+        return out
+    room = max(limit - 3, 0)  # "…" is 3 bytes
+    if keep == "tail":
+        piece = data[len(data) - room :].decode("utf-8", "ignore")
+        entity_tail = _ENTITY_TAIL.match(piece)
+        return "…" + (piece[entity_tail.end() :] if entity_tail else piece)
+    piece = data[:room].decode("utf-8", "ignore")
+    amp = piece.rfind("&")
+    if amp != -1 and ";" not in piece[amp:]:
+        piece = piece[:amp]  # an entity cut short
+    return piece + "…"
+
+
+_ENTITY_TAIL = re.compile(r"[#\w]{1,8};")  # the end of an entity whose `&` a tail cut off
+
+
+def _section_bytes(chars: int) -> int:
+    """The bytes a part of `chars` characters may take on the page: twice its characters (room
+    for the quotes and brackets of a traceback), never six times."""
+    return 2 * chars
+
+
 def _experiment(row: Row, ev: Evidence, dimensions: Sequence[str]) -> str:
+    """One experiment's section: its verdict, the judge's note, the evidence (unless past the
+    page's budget: a brief section) and the links to its files. Every part from outside has a
+    byte budget, so a section's size is bounded whatever the journal and the files hold."""
     r, v = row.record, row.verdict
     e = r.experiment
     badge = {"scored": "pass" if passes_all(v, dimensions) else "fail"}.get(v.status, v.status)
-    dims = "".join(verdict_cell(v, d) for d in DIMENSIONS)
+    state = _escaped(f"{r.state or r.status}{' exit ' + r.exit if r.exit else ''}", 120)
     parts = [
-        f"<details id='{_e(row.case.id)}'><summary><span class='badge {badge}'>{_e(badge)}</span> "
-        f"<code>{_e(e.entry)}</code> job {_e(r.job_id or '–')} {_e(r.state or r.status)}"
-        f"{' exit ' + _e(r.exit) if r.exit else ''}</summary>",
-        "<table class='dims'><tr>"
-        + "".join(f"<th>{_e(SHORT[d])}</th>" for d in DIMENSIONS)
-        + f"</tr><tr>{dims}</tr></table>",
+        f"<details id='{_escaped(row.case.id, 300)}'><summary><span class='badge {badge}'>"
+        f"{_e(badge)}</span> <code>{_e(e.entry)}</code> job {_escaped(r.job_id or '–', 60)} "
+        f"{state}</summary>"
     ]
+    if ev.shown:
+        dims = "".join(verdict_cell(v, d) for d in DIMENSIONS)
+        parts.append(
+            "<table class='dims'><tr>"
+            + "".join(f"<th>{_e(SHORT[d])}</th>" for d in DIMENSIONS)
+            + f"</tr><tr>{dims}</tr></table>"
+        )
+    elif passes_all(v, DIMENSIONS):
+        parts.append("<p class='dim'>Every dimension passes.</p>")
+    else:  # brief: the dimensions on one line, those that do not pass marked
+        marks = " · ".join(f"{SHORT[d]} {'✓' if v.passed(d) else '✗'}" for d in DIMENSIONS)
+        status = "" if v.status == "scored" else f"{_e(v.status)}: "
+        parts.append(f"<p class='dim'>{status}{marks}</p>")
     if row.case.changed:
         parts.append(
-            f"<p class='changed'>⚠ Changed after it was judged: {_e(', '.join(row.case.changed))}"
-            " (the verdict shown is the one judged before).</p>"
+            "<p class='changed'>⚠ Changed after it was judged: "
+            f"{_escaped(', '.join(row.case.changed), 200)} (the verdict shown is the one judged "
+            "before).</p>"
         )
-    why = _cut(v.notes or v.reason or "", NOTES_CHARS, keep="head")
+    chars = NOTES_CHARS if ev.shown else BRIEF_NOTES_CHARS
+    why = _escaped(_cut(v.notes or v.reason or "", chars, keep="head"), _section_bytes(chars))
     if why:
-        parts.append(f"<p><b>Judge ({_e(v.judge)}):</b> {_e(why)}</p>")
+        parts.append(f"<p><b>Judge ({_escaped(v.judge, 60)}):</b> {why}</p>")
     if ev.attribution:
-        parts.append(f"<h4>Log attribution</h4><pre>{_e(ev.attribution)}</pre>")
+        text = _escaped(ev.attribution, _section_bytes(TABLE_CHARS))
+        parts.append(f"<h4>Log attribution</h4><pre>{text}</pre>")
     if ev.excerpt:
-        parts.append(
-            f"<h4>Blinded log excerpt (what the judge saw)</h4><pre>{_e(ev.excerpt)}</pre>"
-        )
+        text = _escaped(ev.excerpt, _section_bytes(EXCERPT_CHARS), keep="tail")
+        parts.append(f"<h4>Blinded log excerpt (what the judge saw)</h4><pre>{text}</pre>")
     if ev.fr_table:
-        parts.append(f"<h4>Flight recorder: missing ranks</h4><pre>{_e(ev.fr_table)}</pre>")
+        text = _escaped(ev.fr_table, _section_bytes(TABLE_CHARS))
+        parts.append(f"<h4>Flight recorder: missing ranks</h4><pre>{text}</pre>")
     if ev.files:
-        links = " · ".join(f"<a href='{_e(f)}'>{_e(f)}</a>" for f in ev.files)
-        parts.append(f"<p class='files'>{links}</p>")
+        # The section names its experiment: a link says the file's name.
+        links = " · ".join(
+            f"<a href='{_escaped(f, 300)}'>{_escaped(Path(f).name, 60)}</a>" for f in ev.files
+        )
+        lead = "" if ev.shown else "Evidence not on this page: "
+        parts.append(f"<p class='files'>{lead}{links}</p>")
     parts.append("</details>")
     return "".join(parts)
+
+
+def _sections(
+    rows: Sequence[Row], evidences: Sequence[Evidence], dimensions: Sequence[str]
+) -> list[str]:
+    """Every experiment's section, in order; once the sections with evidence have taken
+    EVIDENCE_BYTES, the rest are brief (the page's size is bounded, whatever the evidence)."""
+    out, spent = [], 0
+    for row, ev in zip(rows, evidences, strict=True):
+        if ev.shown and spent >= EVIDENCE_BYTES:
+            ev = replace(ev, excerpt="", attribution="", fr_table="", shown=False)
+        section = _experiment(row, ev, dimensions)
+        spent += len(section) if ev.shown else 0
+        out.append(section)
+    return out
+
+
+def _evidence_note(sections: Sequence[str]) -> str:
+    brief = sum("Evidence not on this page" in s for s in sections)
+    if not brief:
+        return ""
+    return (
+        f"<p class='legend'>{len(sections)} experiments: the evidence itself is shown for "
+        f"{len(sections) - brief} of them, those that do not pass first (at most "
+        f"{EVIDENCE_SECTIONS}); every other section links to its files.</p>"
+    )
 
 
 _CSS = """
@@ -309,8 +420,10 @@ def page(
     trend: tuple[Sequence[Change], Sequence[str], Sequence[str]] | None,
     dimensions: Sequence[str] = STOP_DIMENSIONS,
 ) -> str:
-    """The whole page, a pure function of its inputs (the same journal gives the same page)."""
+    """The whole page, a pure function of its inputs (the same journal gives the same page).
+    `evidences` holds one per row (`shown` False past the page's budget: `with_evidence`)."""
     scored = [r for r in rows if r.verdict.status == "scored"]
+    sections = _sections(rows, evidences, dimensions)
 
     def rate(d: str) -> float | None:
         return sum(r.verdict.passed(d) for r in scored) / len(scored) if scored else None
@@ -329,6 +442,7 @@ def page(
         _trend(changes, only_old, only_new),
         "<h2>Experiments</h2>",
         LEGEND,
-        *(_experiment(r, ev, dimensions) for r, ev in zip(rows, evidences, strict=True)),
+        _evidence_note(sections),
+        *sections,
     ]
     return document(f"nvrx report {session_dir.name}", "".join(body), VERDICT_CSS + _CSS)

@@ -51,8 +51,8 @@ def pool_json(experiments: list[Experiment], gpus_per_node: int) -> dict[str, An
 
 
 def _counts(state: SessionState) -> tuple[int, int, int]:
-    done = len(state.by_status("ended"))
-    running = len(state.by_status("submitted")) + len(state.by_status("submitting"))
+    done = state.count("ended")
+    running = state.count("submitted") + state.count("submitting")
     return done, running, len(state.records) - done - running
 
 
@@ -164,8 +164,8 @@ def progress_view(
     table.title = " · ".join(parts) + (f"  [{blind}]" if blind else "")
     for column in ("#", "experiment", "job", "status", "state", "time", "exit", "score"):
         table.add_column(column)
-    live = [r for r in state.records if r.status in ("submitting", "submitted")]
-    ended = [r for r in state.records if r.status == "ended"][-RECENT_ENDED:]
+    live = state.by_status("submitting") + state.by_status("submitted")
+    ended = [state.by_index[i] for i in state.ended_order[-RECENT_ENDED:]]
     for r in live + ended:
         since = (now - r.submitted_at).total_seconds() if r.submitted_at else None
         table.add_row(

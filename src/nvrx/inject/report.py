@@ -16,7 +16,7 @@ from nvrx.campaign.errors import CampaignError
 from nvrx.campaign.session import Session
 from nvrx.config import STOP_DIMENSIONS
 from nvrx.files import InputError, read_tail, within_root, write_atomic
-from nvrx.inject.html import Evidence, evidence_of, page
+from nvrx.inject.html import Evidence, evidence_of, page, with_evidence
 from nvrx.inject.rows import Row, diff, markdown, report_json, rows, stop_condition
 from nvrx.score import report as score_report
 from nvrx.score.load import (
@@ -48,12 +48,15 @@ def _read(path: Path, session_dir: Path) -> str:
         return f"(not shown: {exc})"
 
 
-def evidence(row: Row, session_dir: Path) -> Evidence:
-    """The experiment's analysis files as the page shows them; a missing file is an empty part."""
+def evidence(row: Row, session_dir: Path, *, shown: bool = True) -> Evidence:
+    """The experiment's analysis files as the page shows them; a missing file is an empty part.
+    Not `shown` (past the page's budget): their paths alone, nothing read."""
     analysis = Path(row.record.dir) / ANALYSIS_DIR
     paths = (analysis / STRIPPED_LOG, analysis / LOG_ATTRIBUTION, analysis / FR_ANALYSIS)
-    log, attribution, fr_table = (_read(path, session_dir) for path in paths)
     files = tuple(os.path.relpath(p, session_dir) for p in paths if p.is_file())
+    if not shown:
+        return Evidence(files=files, shown=False)
+    log, attribution, fr_table = (_read(path, session_dir) for path in paths)
     return evidence_of(log, attribution, fr_table, files)
 
 
@@ -115,7 +118,8 @@ def html_page(
 ) -> str:
     """The session's self-contained HTML page (nvrx.inject.html)."""
     trend = diff(previous, current) if previous is not None else None
-    evidences = [evidence(r, session_dir) for r in current]
+    shown = set(with_evidence(current, dimensions))
+    evidences = [evidence(r, session_dir, shown=i in shown) for i, r in enumerate(current)]
     return page(session_dir, current, stop, evidences, trend, dimensions)
 
 

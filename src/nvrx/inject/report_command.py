@@ -8,6 +8,9 @@ from nvrx.config import ConfigSource
 from nvrx.contract import write_document
 from nvrx.terminal import CommandError, Output, stdout, write_outputs
 
+# Experiments named on a failure pattern's line; the rest are counted (the report files name all).
+PATTERN_IDS = 20
+
 
 def report_command(
     args: list[str],
@@ -90,9 +93,22 @@ def report_command(
     from rich.table import Table
 
     from nvrx.score.model import DIMENSIONS
-    from nvrx.score.output import CHANGED_REPORT, SHORT_NAMES, render
+    from nvrx.score.output import (
+        CHANGED_REPORT,
+        EVERY_CASE_REPORT,
+        SHORT_NAMES,
+        render,
+    )
 
-    render(stdout(), cases, verdicts, summarise(verdicts), "session", CHANGED_REPORT)
+    render(
+        stdout(),
+        cases,
+        verdicts,
+        summarise(verdicts),
+        "session",
+        CHANGED_REPORT,
+        EVERY_CASE_REPORT,
+    )
     table = Table(title="fault type × nodes × rank position", header_style="bold", box=None)
     for column in ("fault", "nodes", "rank", "n", "scored", *SHORT_NAMES.values()):
         table.add_column(column)
@@ -101,8 +117,11 @@ def report_command(
         table.add_row(fault, str(nodes), pos, str(cell.experiments), str(cell.scored), *rates)
     stdout().print(table)
     for pattern, matching in report_rows.matched_patterns(rows):
-        ids = ", ".join(r.record.dir.name for r in matching)
-        stdout().print(Text(f"pattern {pattern.name}: {pattern.meaning}: {ids}"))
+        ids = ", ".join(r.record.dir.name for r in matching[:PATTERN_IDS])
+        more = f", and {len(matching) - PATTERN_IDS} more" if len(matching) > PATTERN_IDS else ""
+        stdout().print(
+            Text(f"pattern {pattern.name}: {pattern.meaning} ({len(matching)}): {ids}{more}")
+        )
     met, why = stop
     stdout().print(Text(f"stop condition: {'met' if met else 'not met'} ({why})", style="bold"))
     return 0

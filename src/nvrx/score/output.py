@@ -37,6 +37,34 @@ CHANGED_REPORT = (
     "the verdict shown is the one judged before; `nvrx inject-loop --reanalyze SESSION` "
     "judges the files again"
 )
+# Where every case is when the terminal lists only some, by command.
+EVERY_CASE_SCORE = "--json, --junit and --markdown list every case"
+EVERY_CASE_REPORT = "the session's experiments_report.md and --json list every one"
+
+# Past this many rows a terminal table is not read but scrolled: the table then lists the cases
+# that do not pass every dimension (the ones to look at), this many at most, and says where the
+# rest are. Rich lays a table out at about a millisecond a row: 10,000 rows took 7 s.
+TABLE_ROWS = 100
+
+
+def listed_rows(verdicts: Sequence[Verdict]) -> list[int]:
+    """The positions the terminal table shows: all of them up to TABLE_ROWS; beyond, the first
+    TABLE_ROWS that do not pass every dimension."""
+    if len(verdicts) <= TABLE_ROWS:
+        return list(range(len(verdicts)))
+    failing = (
+        i
+        for i, v in enumerate(verdicts)
+        if not (v.status == "scored" and all(v.passed(d) for d in DIMENSIONS))
+    )
+    return [i for i, _ in zip(failing, range(TABLE_ROWS), strict=False)]
+
+
+def _capped(lines: Sequence[str], what: str) -> list[str]:
+    """At most TABLE_ROWS of `lines`, then one saying how many more `what` there are."""
+    if len(lines) <= TABLE_ROWS:
+        return list(lines)
+    return [*lines[:TABLE_ROWS], f"... and {len(lines) - TABLE_ROWS} more {what}"]
 
 
 def render(
@@ -46,6 +74,7 @@ def render(
     summary: Summary,
     judge: str,
     changed_means: str = CHANGED_SCORE,
+    every_case_in: str = EVERY_CASE_SCORE,
 ) -> None:
     # Cases of one session are named within it (the session is said once, above): a name never
     # folds mid-word for the sake of a prefix they all share.
@@ -60,12 +89,14 @@ def render(
     for column in ("#", "case", "fault", "rank", *(SHORT_NAMES[d] for d in DIMENSIONS), "notes"):
         width = len(column) if column in SHORT_NAMES.values() else widest.get(column, 0)
         table.add_column(column, overflow="fold", min_width=min(width, 40))
-    for i, (case, name, v) in enumerate(zip(cases, names, verdicts, strict=True), start=1):
+    shown = listed_rows(verdicts)
+    for i in shown:
+        case, name, v = cases[i], names[i], verdicts[i]
         notes = "(see below)" if v.status == "unscored" else (v.notes or "")
         if v.cache_hit:
             notes = f"(cached) {notes}"
         table.add_row(
-            str(i),
+            str(i + 1),
             printable(name),
             case.truth.fault.value,
             str(case.truth.rank),
@@ -73,6 +104,14 @@ def render(
             Text(printable(notes)),
         )
     out.print(table)
+    if len(shown) < len(cases):
+        out.print(
+            Text(
+                f"listed {len(shown)} of {len(cases)} case(s): those that do not pass every "
+                f"dimension, the first {TABLE_ROWS} at most; {every_case_in}",
+                style="dim",
+            )
+        )
     rates = ", ".join(f"{SHORT_NAMES[d]} {percent(r)}" for d, r in summary.rates.items())
     out.print(
         Text(
@@ -91,15 +130,11 @@ def render(
             )
         )
     changed = [c for c in cases if c.changed]
-    for case in changed:
-        out.print(
-            Text(
-                printable(
-                    f"changed after the campaign judged it: {case.id}: {', '.join(case.changed)}"
-                ),
-                style="yellow",
-            )
-        )
+    said = [
+        f"changed after the campaign judged it: {c.id}: {', '.join(c.changed)}" for c in changed
+    ]
+    for line in _capped(said, "changed case(s)"):
+        out.print(Text(printable(line), style="yellow"))
     if changed:
         out.print(Text(f"{len(changed)} case(s) changed: {changed_means}", style="yellow"))
     for dimension, wanted, got in summary.failed_thresholds:
@@ -107,7 +142,11 @@ def render(
             Text(f"below threshold: {dimension} {percent(got)} < {wanted:.0%}", style="bold red")
         )
     if summary.unscored:
-        for case, v in zip(cases, verdicts, strict=True):
-            if v.status == "unscored":
-                out.print(Text(printable(f"unscored {case.id}: {v.reason}"), style="red"))
+        unscored = [
+            f"unscored {case.id}: {v.reason}"
+            for case, v in zip(cases, verdicts, strict=True)
+            if v.status == "unscored"
+        ]
+        for line in _capped(unscored, "unscored case(s)"):
+            out.print(Text(printable(line), style="red"))
         out.print(Text(f"{summary.unscored} case(s) unscored: no verdict", style="bold red"))
