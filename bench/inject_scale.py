@@ -209,7 +209,7 @@ def cluster_bench(experiments: int, window: int) -> None:
     from nvrx.inject.window import Window
     from nvrx.slurm import Slurm
 
-    pool = " ".join(f"SIGKILL:{i % 4}:{1 + i // 4}:1" for i in range(experiments))
+    pool = " ".join(f"SIGKILL:{i % 8}:{1 + i // 8}:2" for i in range(experiments))
     with tempfile.TemporaryDirectory(prefix="nvrx-scale-", dir=os.environ.get("TMPDIR")) as tmp:
         base = Path(tmp)
         script = base / "near_instant.sbatch"
