@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from nvrx import files
 from nvrx.watch import cyclecache, cycles
 from nvrx.watch.cyclecache import CycleCache
 from nvrx.watch.cycleformat import REQUIRED_KEYS, CycleParseError, parse_cycle_info
@@ -442,21 +443,22 @@ def test_a_huge_file_is_skipped_by_size_without_being_read(
     huge = tmp_path / "cycle_info.4242.0.1"
     with open(huge, "wb") as handle:
         handle.truncate(50 * 1024 * 1024)  # sparse: instant, no disk used
-    write(tmp_path)
-    real_read = cycles._read_capped
-    opened: list[str] = []
+    small = write(tmp_path)
+    real_read = os.read
+    read: list[int] = []
 
-    def spy(path: str, cap: int) -> tuple[bytes, os.stat_result]:
-        opened.append(path)
-        return real_read(path, cap)
+    def spy(fd: int, n: int) -> bytes:
+        data = real_read(fd, n)
+        read.append(len(data))
+        return data
 
-    monkeypatch.setattr(cycles, "_read_capped", spy)
+    monkeypatch.setattr(files.os, "read", spy)
     found, skipped, _ = read_cycles([str(tmp_path)], None)
     assert keys(found) == ["4242.0.0"]
     assert reasons(skipped) == {
         "cycle_info.4242.0.1": f"too large ({50 * 1024 * 1024} bytes > {1 << 20}); not read"
     }
-    assert opened == [str(tmp_path / "cycle_info.4242.0.0")]
+    assert sum(read) == small.stat().st_size  # the small file, and not a byte of the huge one
 
 
 def test_a_file_that_grows_past_the_cap_while_read_is_skipped(tmp_path: Path) -> None:

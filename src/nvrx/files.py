@@ -41,7 +41,10 @@ class InputError(Exception):
 
 
 class InputTooLarge(InputError):
-    """An input over its cap."""
+    """An input over its cap; `size` is its size when that was known before reading (a regular
+    file: nothing of it was read)."""
+
+    size: int | None = None
 
 
 _allowed_roots: tuple[str, ...] = ()
@@ -107,16 +110,30 @@ def read_bounded(
     """
     cap = _input_limit if limit is None else limit
     fd, st = _open(path, what, follow_symlinks=follow_symlinks, regular_only=regular_only)
+    regular = stat.S_ISREG(st.st_mode)
     # A FIFO or a terminal is read against the clock, without blocking: its writer may drip
     # for ever (a FIFO with no writer reads as ended at once).
     seconds = deadline or STREAM_SECONDS
-    until = None if stat.S_ISREG(st.st_mode) else time.monotonic() + seconds
+    until = None if regular else time.monotonic() + seconds
     try:
+        if regular:
+            if st.st_size > cap:  # over the cap already: nothing of it is read
+                too_large = _too_large(what, path, cap, setting)
+                too_large.size = st.st_size
+                raise too_large
+            first = os.read(fd, st.st_size + 1)
+            if len(first) == st.st_size:  # the whole file in one read (a watch pass: 100,000)
+                return first, st
+            # It grew or shrank since the fstat: read on, as any other input.
+            if len(first) > cap:
+                raise _too_large(what, path, cap, setting)
+            if not first:
+                return first, st
         if until is not None:
             os.set_blocking(fd, False)
-        chunks: list[bytes] = []
-        total = 0
-        want = st.st_size + 1 if stat.S_ISREG(st.st_mode) else 65536
+        chunks: list[bytes] = [first] if regular else []
+        total = len(chunks[0]) if chunks else 0
+        want = 1 << 20 if regular else 65536
         while True:
             if until is not None and time.monotonic() > until:
                 raise InputError(what, path, f"did not end within {seconds:g} s")
@@ -196,14 +213,15 @@ def read_line_blocks(
         os.close(fd)
 
 
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
 def _open(
     path: Path | str, what: str, *, follow_symlinks: bool, regular_only: bool
 ) -> tuple[int, os.stat_result]:
     """An open, blocking file descriptor of `path` and its fstat; InputError when it cannot be
     opened or is a directory (or not a regular file, with `regular_only`)."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    if not follow_symlinks:
-        flags |= os.O_NOFOLLOW
+    flags = _OPEN_FLAGS if follow_symlinks else _OPEN_FLAGS | os.O_NOFOLLOW
     try:
         fd = os.open(path, flags)
     except OSError as exc:
@@ -215,8 +233,10 @@ def _open(
         if regular_only and not stat.S_ISREG(st.st_mode):
             raise InputError(what, path, "not a regular file")
         # Blocking from here on: a FIFO whose writer is slow is read as it comes (the open,
-        # which would wait for a writer that may never come, is what O_NONBLOCK was for).
-        os.set_blocking(fd, True)
+        # which would wait for a writer that may never come, is what O_NONBLOCK was for). A
+        # regular file never blocks, whatever the flag says: two system calls saved a file.
+        if not stat.S_ISREG(st.st_mode):
+            os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise

@@ -75,7 +75,10 @@ def _crc(cols: str, rows: str) -> int:
 
 def _pack(value: Any) -> str:
     text = json.dumps(value, separators=(",", ":"))
-    return base64.b64encode(zlib.compress(text.encode("utf-8", "surrogatepass"))).decode("ascii")
+    # Level 1: a first pass packs every directory of a chain (100,000 files: half the time of
+    # the default level, for a cache file a fifth larger).
+    packed = zlib.compress(text.encode("utf-8", "surrogatepass"), 1)
+    return base64.b64encode(packed).decode("ascii")
 
 
 class CycleCacheDamaged(ValueError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 import re
 import sys
 from collections.abc import Sequence
@@ -152,67 +153,87 @@ def _json_object(text: str) -> dict[str, Any]:
     return data
 
 
+_FIELDS_OF = operator.itemgetter(*REQUIRED_KEYS)
+
+
+def _digits(value: Any) -> bool:
+    """A string of ASCII digits, as protobuf writes a 64-bit integer (at most 20 of them)."""
+    return type(value) is str and 0 < len(value) <= 20 and value.isascii() and value.isdigit()
+
+
 def parse_record(text: str, path: str) -> tuple[CycleInfo, list[Any]]:
     """The record, plus the normalised fields the cache stores (`CACHE_FIELDS`; hostlists are
-    kept compressed: expanded, one chain's cache would grow with nodes x cycles)."""
-    data = _json_object(text)
-    missing = [k for k in REQUIRED_KEYS if k not in data]
-    if missing:
-        names = ", ".join(repr(k) for k in missing)
-        raise CycleParseError(f"missing key{'s' if len(missing) > 1 else ''} {names}")
+    kept compressed: expanded, one chain's cache would grow with nodes x cycles).
 
-    raw_job = data["job_id"]
-    if isinstance(raw_job, int) and not isinstance(raw_job, bool) and raw_job >= 0:
-        job_id = str(raw_job)
+    Runs once per file a first pass reads (100,000 of them for a long chain): what NVRx writes
+    is checked in one expression, and anything else goes through the checks that name what is
+    wrong; both accept and refuse exactly the same records."""
+    data = _json_object(text)
+    try:
+        (raw_job, raw_attempt, raw_cycle, start_text, end_text, log_file, active_expr,
+         standby_expr, raw_count, ranks) = _FIELDS_OF(data)  # fmt: skip
+    except KeyError:
+        missing = [k for k in REQUIRED_KEYS if k not in data]
+        names = ", ".join(repr(k) for k in missing)
+        raise CycleParseError(f"missing key{'s' if len(missing) > 1 else ''} {names}") from None
+    if (
+        type(raw_job) is str
+        and type(raw_attempt) is int
+        and raw_attempt >= 0
+        and type(raw_cycle) is int
+        and raw_cycle >= 0
+        and type(start_text) is str
+        and type(end_text) is str
+        and type(log_file) is str
+        and type(active_expr) is str
+        and type(standby_expr) is str
+        and type(ranks) is str
+        and ((type(raw_count) is int and raw_count >= 0) or _digits(raw_count))
+    ):  # NVRx's own shape: every check below would pass
+        job_id, attempt, cycle = raw_job.strip(), raw_attempt, raw_cycle
+        write_count = int(raw_count)
     else:
-        job_id = _string(raw_job, "job_id").strip()
+        if isinstance(raw_job, int) and not isinstance(raw_job, bool) and raw_job >= 0:
+            job_id = str(raw_job)
+        else:
+            job_id = _string(raw_job, "job_id").strip()
+        attempt = _uint(raw_attempt, "attempt_index")
+        cycle = _uint(raw_cycle, "cycle_number")
+        _string(start_text, "cycle_start_time")
+        _string(end_text, "cycle_end_time")
+        _string(log_file, "cycle_log_file")
+        _string(active_expr, "active_nodes")
+        _string(standby_expr, "standby_nodes")
+        write_count = _uint(raw_count, "generation")
+        _string(ranks, "active_ranks")
     if not job_id:
         raise CycleParseError("job_id: empty")
-    attempt = _uint(data["attempt_index"], "attempt_index")
-    cycle = _uint(data["cycle_number"], "cycle_number")
-    start_text = _string(data["cycle_start_time"], "cycle_start_time")
     if not start_text:
         raise CycleParseError("cycle_start_time: empty")
     start = parse_utc(start_text, "cycle_start_time")
-    end_text = _string(data["cycle_end_time"], "cycle_end_time")
     # "" = open: still running, or its writer died (SIGKILL, node loss) before closing it.
     end = parse_utc(end_text, "cycle_end_time") if end_text else None
     if end is not None and end < start:
         # Its duration would be negative: storms and stall windows cannot reason about it.
         raise CycleParseError(f"cycle_end_time {end_text} is before cycle_start_time {start_text}")
-    log_file = _string(data["cycle_log_file"], "cycle_log_file")
-    active_expr = _string(data["active_nodes"], "active_nodes")
-    standby_expr = _string(data["standby_nodes"], "standby_nodes")
     active = _hostlist(active_expr, "active_nodes")
     standby = _hostlist(standby_expr, "standby_nodes")
-    write_count = _uint(data["generation"], "generation")
-    ranks = _string(data["active_ranks"], "active_ranks")
-
-    info = CycleInfo(
-        job_id=job_id,
-        attempt_index=attempt,
-        cycle_number=cycle,
-        start=start,
-        end=end,
-        log_file=log_file,
-        active_nodes=active,
-        standby_nodes=standby,
-        active_ranks=ranks,
-        write_count=write_count,
-        path=path,
-    )
-    fields = [
-        job_id,
-        attempt,
-        cycle,
-        to_us(start),  # exact: what `info_from_fields` turns back into the same datetime
-        None if end is None else to_us(end),
-        log_file,
-        active_expr,
-        standby_expr,
-        ranks,
-        write_count,
-    ]
+    start_us = to_us(start)  # exact: what `info_from_fields` turns back into the same datetime
+    end_us = None if end is None else to_us(end)
+    info = _NEW(CycleInfo)
+    _SET_JOB(info, job_id)
+    _SET_ATTEMPT(info, attempt)
+    _SET_CYCLE(info, cycle)
+    _SET_START(info, start)
+    _SET_END(info, end)
+    _SET_LOG(info, log_file)
+    _SET_ACTIVE(info, active)
+    _SET_STANDBY(info, standby)
+    _SET_RANKS(info, ranks)
+    _SET_COUNT(info, write_count)
+    _SET_PATH(info, path)
+    fields = [job_id, attempt, cycle, start_us, end_us, log_file, active_expr, standby_expr,
+              ranks, write_count]  # fmt: skip
     return info, fields
 
 

@@ -96,12 +96,14 @@ class CycleColumns:
 
     @classmethod
     def of(cls, records: Sequence[CycleInfo]) -> CycleColumns:
+        # `to_us` spelled out: a first pass runs this once per cycle file it read.
+        epoch, us = _EPOCH, _US
         return cls(
-            tuple(c.job_id for c in records),
-            tuple(c.attempt_index for c in records),
-            tuple(c.cycle_number for c in records),
-            tuple(to_us(c.start) for c in records),
-            tuple(None if c.end is None else to_us(c.end) for c in records),
+            tuple([c.job_id for c in records]),
+            tuple([c.attempt_index for c in records]),
+            tuple([c.cycle_number for c in records]),
+            tuple([(c.start - epoch) // us for c in records]),
+            tuple([None if c.end is None else (c.end - epoch) // us for c in records]),
         )
 
 
@@ -184,9 +186,15 @@ class CycleBlock:
         self._built: dict[int, CycleInfo] = {}
 
     @classmethod
-    def of(cls, records: Sequence[CycleInfo]) -> CycleBlock:
+    def of(cls, records: Sequence[CycleInfo], mtimes: Sequence[int] | None = None) -> CycleBlock:
+        """Records already in order (and their files' mtimes, when known)."""
         columns = CycleColumns.of(records)
-        return cls(BlockSummary.of(columns), columns=columns, records=records)
+        return cls(
+            BlockSummary.of(columns),
+            columns=columns,
+            records=records,
+            load_mtimes=None if mtimes is None else lambda: mtimes,
+        )
 
     def __len__(self) -> int:
         return self.summary.count
