@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from nvrx import files
 from nvrx.watch import cyclecache, cycles
 from nvrx.watch.cyclecache import CycleCache
 from nvrx.watch.cycleformat import REQUIRED_KEYS, CycleParseError, parse_cycle_info
@@ -452,7 +451,7 @@ def test_a_huge_file_is_skipped_by_size_without_being_read(
         read.append(len(data))
         return data
 
-    monkeypatch.setattr(files.os, "read", spy)
+    monkeypatch.setattr(os, "read", spy)
     found, skipped, _ = read_cycles([str(tmp_path)], None)
     assert keys(found) == ["4242.0.0"]
     assert reasons(skipped) == {
