@@ -21,7 +21,7 @@ from ..loopback import LoopbackListener
 from .harness import run_nvrx
 
 REPO = Path(__file__).resolve().parents[2]
-TIMEOUT = 2.0  # watch.http_timeout in these tests: the pass must end soon after it
+TIMEOUT = 1.0  # watch.http_timeout in these tests: the pass must end soon after it
 WALL = 15.0  # far below what a drip would take, far above a deadline kept
 
 
