@@ -37,7 +37,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).parent))
+from report_page import render_seconds  # the one headless render timing
+
 NVRX = [sys.executable, "-m", "nvrx.cli"]
 FAULTS = ("SEGFAULT", "GPU_SLEEP", "SIGKILL", "WORKLOAD_EXC", "GPU_ERROR", "SIGTERM")
 PASS = {"restart_correct": "true", "rank_primary": "true", "rank_any": "true",
@@ -113,15 +115,6 @@ def measure(argv: Sequence[str], env: dict[str, str]) -> Measured:
         err = proc.stderr.read().decode() if proc.stderr else ""
         sys.exit(f"{' '.join(argv)} exited {code}: {err.strip()[-500:]}")
     return Measured(seconds, usage.ru_maxrss / 1024)
-
-
-def render_seconds(browser: str, page: Path, profile: Path) -> float:
-    shot = profile / "shot.png"
-    argv = [browser, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
-            "--window-size=1200,900", f"--screenshot={shot}", page.as_uri()]  # fmt: skip
-    start = time.perf_counter()
-    subprocess.run(argv, capture_output=True, check=True, timeout=300)
-    return time.perf_counter() - start
 
 
 def journal_bench(sizes: Sequence[int], runs: int) -> None:
