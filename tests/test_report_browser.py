@@ -175,8 +175,9 @@ document.body.insertAdjacentHTML("beforeend",
 
 
 def overflows(page: Path, proxy: Proxy, tmp_path: Path, width: int) -> list[str]:
-    """What overflows on `page` at a window `width` px wide, every <details> opened; a
-    screenshot of it is kept beside the copy for whoever reads a failure."""
+    """What overflows on `page` at a window `width` px wide, every <details> opened; when
+    something does, a screenshot of it is kept beside the copy for whoever reads the failure
+    (only then: a render is a second of browser start-up)."""
     import json
 
     text = re.sub(r"<meta http-equiv='Content-Security-Policy'[^>]*>", "", page.read_text())
@@ -188,8 +189,9 @@ def overflows(page: Path, proxy: Proxy, tmp_path: Path, width: int) -> list[str]
     rendered = render(copy, proxy, tmp_path / "profile", width=width)
     found = re.findall(r'<pre id="overflow">(\[.*?\])</pre>', rendered.dom, re.S)
     assert found, rendered.dom[-2000:]
-    render(copy, proxy, tmp_path / "profile", screenshot=copy.with_suffix(".png"), width=width)
     result: list[str] = json.loads(found[-1].replace("&lt;", "<").replace("&amp;", "&"))
+    if result:
+        render(copy, proxy, tmp_path / "profile", screenshot=copy.with_suffix(".png"), width=width)
     return result
 
 
