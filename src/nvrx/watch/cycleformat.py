@@ -131,13 +131,21 @@ def _hostlist(value: Any, key: str) -> tuple[str, ...]:
         raise CycleParseError(f"{key}: bad hostlist: {exc}") from None
 
 
+_RAW_DECODE = json.JSONDecoder().raw_decode
+
+
 def _json_object(text: str) -> dict[str, Any]:
     """The JSON object in `text`, telling "caught mid-write" apart from "not JSON at all"."""
     stripped = text.strip()
     if not stripped:
         raise CycleParseError("empty (being written?)")
     try:
-        data = json.loads(stripped)
+        # json.loads without its two whitespace scans (the text is stripped already): what it
+        # accepts and refuses is the same, and a first pass does this once per file.
+        data, end = _RAW_DECODE(stripped)
+        if end != len(stripped):  # as json.loads says it: where the extra data starts
+            extra = len(stripped) - len(stripped[end:].lstrip(" \t\n\r"))
+            raise json.JSONDecodeError("Extra data", stripped, extra)
     except json.JSONDecodeError as exc:
         # "Unterminated string" is only raised at end of input; any other error at the very
         # end of the text means the text is a prefix of something longer.
