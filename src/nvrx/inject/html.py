@@ -27,11 +27,11 @@ from pathlib import Path
 
 from nvrx.config import STOP_DIMENSIONS
 from nvrx.htmlpage import document, escape
-from nvrx.inject.rows import Change, Row, passes_all, rank_position
+from nvrx.inject.rows import Change, Row, rank_position
 from nvrx.score.evidence import judge_excerpt
 from nvrx.score.html import CSS as VERDICT_CSS
 from nvrx.score.html import LEGEND, SHORT, verdict_cell
-from nvrx.score.model import DIMENSIONS
+from nvrx.score.model import DIMENSIONS, passes_all
 
 EXCERPT_CHARS = 1200
 TABLE_CHARS = 900

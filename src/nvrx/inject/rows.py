@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from nvrx.campaign.errors import FORCE_HINT, JournalError
 from nvrx.config import STOP_DIMENSIONS
 from nvrx.score import report as score_report
-from nvrx.score.model import DIMENSIONS, PASS_VALUE, Case, GroundTruth, Verdict
+from nvrx.score.model import DIMENSIONS, PASS_VALUE, Case, GroundTruth, Verdict, passes_all
 
 if TYPE_CHECKING:
     from nvrx.campaign.session import Record, SessionState
@@ -163,10 +163,6 @@ def matrix(report_rows: Sequence[Row]) -> dict[tuple[str, int, str], Cell]:
             for d in DIMENSIONS:
                 cell.passed[d] += row.verdict.passed(d)
     return dict(sorted(cells.items()))
-
-
-def passes_all(verdict: Verdict, dimensions: Sequence[str] = DIMENSIONS) -> bool:
-    return verdict.status == "scored" and all(verdict.passed(d) for d in dimensions)
 
 
 def stop_condition(

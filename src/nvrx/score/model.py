@@ -7,6 +7,7 @@ is judged without a call.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -273,6 +274,11 @@ class Verdict(BaseModel):
 
     def passed(self, dimension: str) -> bool:
         return self.status == "scored" and getattr(self, dimension) == PASS_VALUE[dimension]
+
+
+def passes_all(verdict: Verdict, dimensions: Sequence[str] = DIMENSIONS) -> bool:
+    """Scored, and every one of `dimensions` passes."""
+    return verdict.status == "scored" and all(verdict.passed(d) for d in dimensions)
 
 
 def invalid_verdict(case: Case, judge: str, model: str | None = None) -> Verdict:

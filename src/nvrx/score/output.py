@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from nvrx.display import printable
-from nvrx.score.model import DIMENSIONS, PASS_VALUE, Case, Verdict
+from nvrx.score.model import DIMENSIONS, PASS_VALUE, Case, Verdict, passes_all
 from nvrx.score.report import Summary, percent
 
 SHORT_NAMES = {
@@ -52,11 +52,7 @@ def listed_rows(verdicts: Sequence[Verdict]) -> list[int]:
     TABLE_ROWS that do not pass every dimension."""
     if len(verdicts) <= TABLE_ROWS:
         return list(range(len(verdicts)))
-    failing = (
-        i
-        for i, v in enumerate(verdicts)
-        if not (v.status == "scored" and all(v.passed(d) for d in DIMENSIONS))
-    )
+    failing = (i for i, v in enumerate(verdicts) if not passes_all(v))
     return [i for i, _ in zip(failing, range(TABLE_ROWS), strict=False)]
 
 
