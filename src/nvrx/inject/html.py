@@ -378,26 +378,28 @@ def _experiment(row: Row, ev: Evidence, dimensions: Sequence[str]) -> str:
 
 def _sections(
     rows: Sequence[Row], evidences: Sequence[Evidence], dimensions: Sequence[str]
-) -> list[str]:
-    """Every experiment's section, in order; once the sections with evidence have taken
-    EVIDENCE_BYTES, the rest are brief (the page's size is bounded, whatever the evidence)."""
-    out, spent = [], 0
+) -> tuple[list[str], int]:
+    """Every experiment's section, in order, and how many show their evidence; once those have
+    taken EVIDENCE_BYTES, the rest are brief (the page's size is bounded, whatever the
+    evidence)."""
+    out, spent, shown = [], 0, 0
     for row, ev in zip(rows, evidences, strict=True):
         if ev.shown and spent >= EVIDENCE_BYTES:
             ev = replace(ev, excerpt="", attribution="", fr_table="", shown=False)
         section = _experiment(row, ev, dimensions)
-        spent += len(section) if ev.shown else 0
+        if ev.shown:
+            spent += len(section)
+            shown += 1
         out.append(section)
-    return out
+    return out, shown
 
 
-def _evidence_note(sections: Sequence[str]) -> str:
-    brief = sum("Evidence not on this page" in s for s in sections)
-    if not brief:
+def _evidence_note(sections: int, shown: int) -> str:
+    if shown == sections:
         return ""
     return (
-        f"<p class='legend'>{len(sections)} experiments: the evidence itself is shown for "
-        f"{len(sections) - brief} of them, those that do not pass first (at most "
+        f"<p class='legend'>{sections} experiments: the evidence itself is shown for "
+        f"{shown} of them, those that do not pass first (at most "
         f"{EVIDENCE_SECTIONS}); every other section links to its files.</p>"
     )
 
@@ -423,7 +425,7 @@ def page(
     """The whole page, a pure function of its inputs (the same journal gives the same page).
     `evidences` holds one per row (`shown` False past the page's budget: `with_evidence`)."""
     scored = [r for r in rows if r.verdict.status == "scored"]
-    sections = _sections(rows, evidences, dimensions)
+    sections, shown = _sections(rows, evidences, dimensions)
 
     def rate(d: str) -> float | None:
         return sum(r.verdict.passed(d) for r in scored) / len(scored) if scored else None
@@ -442,7 +444,7 @@ def page(
         _trend(changes, only_old, only_new),
         "<h2>Experiments</h2>",
         LEGEND,
-        _evidence_note(sections),
+        _evidence_note(len(sections), shown),
         *sections,
     ]
     return document(f"nvrx report {session_dir.name}", "".join(body), VERDICT_CSS + _CSS)
