@@ -282,7 +282,7 @@ class SessionState:
 
     def set_status(self, record: Record, status: str) -> None:
         """Move a record to `status` (every status change goes through here)."""
-        if record.status == status and record.index in self.by_index:
+        if record.status == status:
             return
         old = self._by_status.get(record.status)
         if old is not None:
