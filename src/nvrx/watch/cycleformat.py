@@ -228,18 +228,9 @@ def parse_record(text: str, path: str) -> tuple[CycleInfo, list[Any]]:
     standby = _hostlist(standby_expr, "standby_nodes")
     start_us = to_us(start)  # exact: what `info_from_fields` turns back into the same datetime
     end_us = None if end is None else to_us(end)
-    info = _NEW(CycleInfo)
-    _SET_JOB(info, job_id)
-    _SET_ATTEMPT(info, attempt)
-    _SET_CYCLE(info, cycle)
-    _SET_START(info, start)
-    _SET_END(info, end)
-    _SET_LOG(info, log_file)
-    _SET_ACTIVE(info, active)
-    _SET_STANDBY(info, standby)
-    _SET_RANKS(info, ranks)
-    _SET_COUNT(info, write_count)
-    _SET_PATH(info, path)
+    info = _record(
+        job_id, attempt, cycle, start, end, log_file, active, standby, ranks, write_count, path
+    )
     fields = [job_id, attempt, cycle, start_us, end_us, log_file, active_expr, standby_expr,
               ranks, write_count]  # fmt: skip
     return info, fields
@@ -270,6 +261,35 @@ _NEW = object.__new__
 _EPOCH = from_us(0)
 
 
+def _record(
+    job: str,
+    attempt: int,
+    cycle: int,
+    start: datetime,
+    end: datetime | None,
+    log_file: str,
+    active: tuple[str, ...],
+    standby: tuple[str, ...],
+    ranks: str,
+    count: int,
+    path: str,
+) -> CycleInfo:
+    """A record with its slots set directly (its fields in CycleInfo's order)."""
+    info = _NEW(CycleInfo)
+    _SET_JOB(info, job)
+    _SET_ATTEMPT(info, attempt)
+    _SET_CYCLE(info, cycle)
+    _SET_START(info, start)
+    _SET_END(info, end)
+    _SET_LOG(info, log_file)
+    _SET_ACTIVE(info, active)
+    _SET_STANDBY(info, standby)
+    _SET_RANKS(info, ranks)
+    _SET_COUNT(info, count)
+    _SET_PATH(info, path)
+    return info
+
+
 def info_from_fields(fields: Sequence[Any], path: str) -> CycleInfo:
     """Rebuild a record from a cache entry's fields (`cyclecache.CACHE_FIELDS`); the same
     record `CycleInfo(...)` makes. Raises TypeError or ValueError on junk, which the cache
@@ -288,16 +308,16 @@ def info_from_fields(fields: Sequence[Any], path: str) -> CycleInfo:
         and type(count) is int
     ):
         raise TypeError("cache entry has wrong field types")
-    info = _NEW(CycleInfo)
-    _SET_JOB(info, job)
-    _SET_ATTEMPT(info, attempt)
-    _SET_CYCLE(info, cycle)
-    _SET_START(info, _EPOCH + timedelta(0, 0, start_us))
-    _SET_END(info, None if end_us is None else _EPOCH + timedelta(0, 0, end_us))
-    _SET_LOG(info, log_file)
-    _SET_ACTIVE(info, _hosts(active))
-    _SET_STANDBY(info, _hosts(standby))
-    _SET_RANKS(info, ranks)
-    _SET_COUNT(info, count)
-    _SET_PATH(info, path)
-    return info
+    return _record(
+        job,
+        attempt,
+        cycle,
+        _EPOCH + timedelta(0, 0, start_us),
+        None if end_us is None else _EPOCH + timedelta(0, 0, end_us),
+        log_file,
+        _hosts(active),
+        _hosts(standby),
+        ranks,
+        count,
+        path,
+    )
