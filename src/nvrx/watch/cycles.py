@@ -283,12 +283,13 @@ def _read_one(
     if entry.is_symlink():  # named like a cycle file: one that cannot be used
         raise _Skip(REASON_SYMLINK)
     hit = known.get(name)
-    if hit is None and not entry.is_file(follow_symlinks=False):  # the listing's type: no stat
-        raise _Skip(_not_regular(entry.is_dir(follow_symlinks=False)))
-    if hit is not None:
+    if hit is None:
+        # Opened at once: the listing's type rules out a directory or a FIFO without a stat,
+        # the open refuses a symlink, and its fstat tells a file over the cap before a read.
+        if not entry.is_file(follow_symlinks=False):
+            raise _Skip(_not_regular(entry.is_dir(follow_symlinks=False)))
+    else:
         # The cache knows the name: its stat says whether the file is still what was parsed.
-        # (A file the cache does not know is opened at once: the open refuses a symlink, and
-        # its fstat tells a file over the cap before anything is read.)
         try:
             st = entry.stat(follow_symlinks=False)
         except OSError as exc:
@@ -297,15 +298,15 @@ def _read_one(
             raise _Skip(_not_regular(stat.S_ISDIR(st.st_mode)))
         if st.st_size > max_bytes:
             raise _too_large(st.st_size, max_bytes)
-    if hit is not None and hit[0] == (st.st_mtime_ns, st.st_size, st.st_ino):
-        try:
-            info = info_from_fields(hit[1], path)
-        except (TypeError, ValueError, OverflowError):  # includes a junk hostlist: a miss
-            pass
-        else:
-            if (info.job_id, str(info.attempt_index), str(info.cycle_number)) == m.groups():
-                stats.cached += 1
-                return info, st, hit[1]
+        if hit[0] == (st.st_mtime_ns, st.st_size, st.st_ino):
+            try:
+                info = info_from_fields(hit[1], path)
+            except (TypeError, ValueError, OverflowError):  # includes a junk hostlist: a miss
+                pass
+            else:
+                if (info.job_id, str(info.attempt_index), str(info.cycle_number)) == m.groups():
+                    stats.cached += 1
+                    return info, st, hit[1]
 
     data, st = _read_capped(path, max_bytes)
     text = _decode(data)
