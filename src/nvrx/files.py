@@ -127,8 +127,6 @@ def read_bounded(
             # It grew or shrank since the fstat: read on, as any other input.
             if len(first) > cap:
                 raise _too_large(what, path, cap, setting)
-            if not first:
-                return first, st
         if until is not None:
             os.set_blocking(fd, False)
         chunks: list[bytes] = [first] if regular else []
