@@ -526,6 +526,44 @@ def test_drain_suspects_never_drains_on_a_guess(
     assert f.command == ()
 
 
+@pytest.mark.parametrize(
+    ("node", "known", "why"),
+    [
+        ("ALL", None, "a Slurm keyword that names more than one node"),
+        ("all", None, "a Slurm keyword"),
+        ("DEFAULT", None, "a Slurm keyword"),
+        ("n[1-8]", None, "invalid node name"),
+        ("n1,n2", None, "invalid node name"),
+        ("n1 n2", None, "invalid node name"),
+        ("n99", frozenset({"n1", "n2"}), "'n99' is not a node Slurm lists"),
+    ],
+)
+def test_a_drain_is_refused_unless_it_names_one_node_slurm_lists(
+    node: str, known: frozenset[str] | None, why: str
+) -> None:
+    # Cycle files are anyone's who can write the work dir: `ALL` there must never reach
+    # `scontrol update nodename=ALL`, which drains every node of the cluster.
+    from nvrx.watch.detectors.observer import refuse_actions
+
+    named = [replace(c, active_nodes=tuple(node if n == "n2" else n for n in c.active_nodes))
+             for c in SUSPECT_N2]  # fmt: skip
+    (f,) = detectors.suspect_node(snap(named, platform=LIVE), DRAINING)
+    assert f.command  # the detector offers it: the name is vetted where the action is taken
+    suspect, refused = sorted(refuse_actions([f], known), key=lambda g: g.detector != f.detector)
+    assert suspect == replace(f, action=None)
+    assert refused.detector == "action_refused" and refused.severity is Severity.WARNING
+    assert why in refused.summary and refused.evidence["node"] == node
+    assert refused.key == f"nvrx-action-refused-{f.key}"
+
+
+def test_a_drain_of_one_node_slurm_lists_is_kept() -> None:
+    from nvrx.watch.detectors.observer import refuse_actions
+
+    (f,) = detectors.suspect_node(snap(SUSPECT_N2, platform=LIVE), DRAINING)
+    assert refuse_actions([f], frozenset({"n1", "n2"})) == [f]
+    assert refuse_actions([f], None) == [f]  # not asked (observe-only): the name alone holds
+
+
 def test_suspect_node_names_the_node_common_to_the_trailing_short_cycles() -> None:
     cycles = [
         cycle(0, 3000, 60, nodes=("n1", "n2")),

@@ -534,9 +534,10 @@ def test_a_suspect_node_is_drained_only_with_act(tmp_path: Path, act: bool, expe
 
     settings = WatchSettings(state_dir=tmp_path / "state", drain_suspects=True)
     (finding,) = suspect_node(snap(SUSPECT_N2, platform=LIVE), settings)
-    replay = Replay({"scontrol": [(0, "", "")]})
+    replay = Replay({"sinfo": [(0, "n1\nn2\nn3\n", "")], "scontrol": [(0, "", "")]})
     target = Target(ChainRef("train", "alice", None), (), None, "train")
     watcher = Watcher(target, settings, slurm_for(replay), host="h", act=act)
+    assert watcher._node_names([finding]) == (frozenset({"n1", "n2", "n3"}) if act else None)
     result = PassResult(snap(SUSPECT_N2, platform=LIVE), [finding], False)
     watcher._act(result, logging.getLogger("test"))
     (line,) = result.actions
@@ -545,6 +546,31 @@ def test_a_suspect_node_is_drained_only_with_act(tmp_path: Path, act: bool, expe
     ran = [a for a in replay.argvs if os.path.basename(a[0]) == "scontrol"]
     assert ran == ([[ran[0][0], "update", "nodename=n2", "state=drain", ran[0][-1]]] if act else [])
 
+
+
+def test_a_drain_waits_for_a_node_list_that_could_not_be_read() -> None:
+    import logging
+
+    from nvrx.config import WatchSettings
+    from nvrx.watch.detectors import suspect_node
+    from nvrx.watch.model import ChainRef
+    from nvrx.watch.resolve import Target
+    from nvrx.watch.watcher import PassResult, Watcher
+    from tests.test_slurm_replay import Replay, slurm_for
+    from tests.test_watch_detectors import LIVE, SUSPECT_N2, snap
+
+    settings = WatchSettings(drain_suspects=True)
+    (finding,) = suspect_node(snap(SUSPECT_N2, platform=LIVE), settings)
+    replay = Replay({"sinfo": [(1, "", "slurm_load_partitions: Zero Bytes were transmitted")]})
+    target = Target(ChainRef("train", "alice", None), (), None, "train")
+    watcher = Watcher(target, settings, slurm_for(replay), host="h", act=True)
+    assert watcher._node_names([finding]) is None  # no refusal: nothing known against it
+    result = PassResult(snap(SUSPECT_N2, platform=LIVE), [finding], False)
+    watcher._act(result, logging.getLogger("test"))
+    (line,) = result.actions
+    assert line.startswith("[act] FAILED: scontrol update nodename=n2")
+    assert "node list could not be read" in line and line.endswith("(next pass retries)")
+    assert not [a for a in replay.argvs if os.path.basename(a[0]) == "scontrol"]
 
 def test_the_live_view_cuts_what_does_not_fit_the_terminal_and_says_so() -> None:
     from nvrx.watch.output import fit_screen

@@ -104,3 +104,23 @@ def stub_slurm(bin_dir: Path) -> dict[str, str]:
 def slurm_calls(bin_dir: Path) -> list[str]:
     calls = bin_dir / "calls.log"
     return calls.read_text().splitlines() if calls.exists() else []
+
+
+def answering_slurm(bin_dir: Path, nodes: tuple[str, ...], queue_row: str) -> dict[str, str]:
+    """Slurm commands that record their argv and answer as a quiet cluster would: sinfo lists
+    `nodes` (and none drained), squeue one row, sacct nothing, scontrol and scancel succeed."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    calls = json.dumps(str(bin_dir / "calls.log"))
+    listing = "".join(f"{n}\\n" for n in nodes)
+    answers = {
+        "sinfo": f'case " $* " in *" -t "*) ;; *) printf \'{listing}\' ;; esac',
+        "squeue": f"printf '%s\\n' {json.dumps(queue_row)}",
+        "sacct": ":",
+        "scontrol": ":",
+        "scancel": ":",
+    }
+    for name, answer in answers.items():
+        tool = bin_dir / name
+        tool.write_text(f'#!/bin/sh\nprintf "%s\\n" "{name} $*" >> {calls}\n{answer}\n')
+        tool.chmod(0o755)
+    return {"NVRX_SLURM_BIN_DIR": str(bin_dir), "NVRX_SLURM_RETRY_DEADLINE": "0"}

@@ -376,3 +376,13 @@ def test_a_drained_node_is_listed_with_when_and_why_and_resumed(slurm: Slurm) ->
     assert node not in [d.name for d in slurm.drained_nodes()]
     with pytest.raises(SlurmValueError, match="invalid node name"):
         slurm.drain_node("n[1-8]", reason)
+
+
+def test_the_node_list_is_every_node_once_and_all_drains_nothing(slurm: Slurm) -> None:
+    # What a drain is checked against: sinfo's own node list (a node once, whatever the number
+    # of its partitions). `ALL` is refused before scontrol runs: nothing is drained.
+    assert slurm.node_names() == frozenset(f"n{i}" for i in range(1, 9))
+    for word in ("ALL", "all", "Default", "n1,n2"):
+        with pytest.raises(SlurmValueError, match="invalid node name"):
+            slurm.drain_node(word, "nvrx test")
+    assert slurm.drained_nodes() == []

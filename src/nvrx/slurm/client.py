@@ -32,6 +32,7 @@ from nvrx.slurm.options import (
     SubmitOptions,
     check_job_ids,
     check_name,
+    check_node_name,
     check_query_name,
     check_signal,
     check_text,
@@ -48,6 +49,7 @@ from nvrx.slurm.parse import (
     QueueRow,
     Submission,
     parse_drained_nodes,
+    parse_node_names,
     parse_sacct,
     parse_sbatch_parsable,
     parse_scontrol_records,
@@ -470,15 +472,22 @@ class Slurm:
         argv = [self._cmd("sinfo"), "-h", "-N", "-t", ",".join(states), "-o", DRAINED_FORMAT]
         return self._parse(parse_drained_nodes, self.executor.run(argv))
 
+    def node_names(self) -> frozenset[str]:
+        """One `sinfo`: the name of every node Slurm knows, hidden partitions included (what an
+        action that touches a node checks its name against)."""
+        argv = [self._cmd("sinfo"), "-h", "-N", "-a", "-o", "%N"]
+        return self._parse(parse_node_names, self.executor.run(argv))
+
     # --- scontrol --------------------------------------------------------------------------
 
     def drain_node(self, node: str, reason: str) -> list[str]:
         """`scontrol update nodename=NODE state=drain reason=REASON`: no new job starts on the
-        node; the jobs on it run on. Draining a drained node again only renews its reason."""
+        node; the jobs on it run on. Draining a drained node again only renews its reason. One
+        node only: a hostlist, a comma list or `ALL` is refused before anything runs."""
         argv = [
             self._cmd("scontrol"),
             "update",
-            f"nodename={check_name(node, 'node name')}",
+            f"nodename={check_node_name(node)}",
             "state=drain",
             f"reason={check_text(reason, 'drain reason')}",
         ]

@@ -42,6 +42,21 @@ def check_name(value: str, what: str = "job name") -> str:
 _USER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._@$-]{0,63}$")
 
 
+# Words scontrol reads as more than one node: `nodename=ALL` updates every node of the cluster.
+_NODE_KEYWORDS = frozenset({"all", "default"})
+
+
+def check_node_name(value: str) -> str:
+    """One node's name, as an action that touches a node must give it: a name (no hostlist
+    range, no comma list) and never a word scontrol reads as many nodes (`ALL`)."""
+    check_name(value, "node name")
+    if value.lower() in _NODE_KEYWORDS:
+        raise SlurmValueError(
+            f"invalid node name {value!r}: a Slurm keyword that names more than one node"
+        )
+    return value
+
+
 def check_user(value: str) -> str:
     """A login name as Slurm takes it in --user (letters, digits, `._@$-`)."""
     if not _USER_RE.match(value):

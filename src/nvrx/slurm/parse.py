@@ -217,6 +217,20 @@ def parse_drained_nodes(text: str) -> list[DrainedNode]:
     return [nodes[n] for n in sorted(nodes)]
 
 
+def parse_node_names(text: str) -> frozenset[str]:
+    """`sinfo -h -N -a -o %N` → every node Slurm knows (a node once per partition; a line is
+    one name, so one with a space or a comma is not sinfo's answer)."""
+    names = set()
+    for line in text.splitlines():
+        name = line.strip()
+        if not name:
+            continue
+        if any(c.isspace() or c == "," for c in name):
+            raise SlurmParseError(f"sinfo node row is not one name: {line!r}")
+        names.add(name)
+    return frozenset(names)
+
+
 @dataclass(frozen=True, slots=True)
 class AccountingRow:
     """One allocation row of `sacct -X -n -P` (a job, an array task, or a pending task range)."""

@@ -94,6 +94,13 @@ def list_detectors() -> None:
         paragraph = " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split())
         head, dot, _ = paragraph.partition(". ")
         sys.stdout.write(f"{name:22} {head}{'.' if dot else ''}\n")
+    from nvrx.watch.model import ACTION_REFUSED
+
+    # Not a detector of the snapshot: the finding a pass makes of an action it would not take.
+    sys.stdout.write(
+        f"{ACTION_REFUSED:22} An action a finding offered names no single node Slurm lists: "
+        "refused, and said.\n"
+    )
 
 
 def _blind(message: str, as_json: bool) -> int:

@@ -594,6 +594,11 @@ class CancelPending:
         return ("scancel", "--state=PENDING", self.generation)
 
 
+# The finding a pass makes of an action it refused (watch.detectors.observer.refuse_actions):
+# not a detector of the snapshot, but counted and listed beside them.
+ACTION_REFUSED = "action_refused"
+
+
 @dataclass(frozen=True, slots=True)
 class DrainNode:
     """The watcher's other action, only with `watch.drain_suspects` and --act: drain the one

@@ -28,14 +28,23 @@ from nvrx.chain.shape import ChainError
 from nvrx.config import WatchSettings
 from nvrx.contract import FOUND, OK, UNJUDGED
 from nvrx.files import InputError, read_key_file
-from nvrx.slurm import JobState, Slurm, SlurmError
+from nvrx.slurm import JobState, Slurm, SlurmError, SlurmValueError
 from nvrx.watch.cyclecache import CycleCache, CycleCacheDamaged
 from nvrx.watch.cycles import CycleRead, read_cycles
 from nvrx.watch.detectors import DETECTORS, run_detectors
 from nvrx.watch.detectors import degraded as is_degraded
 from nvrx.watch.detectors.anomaly import last_progress
+from nvrx.watch.detectors.observer import refuse_actions
 from nvrx.watch.goodput import Goodput, goodput
-from nvrx.watch.model import CancelPending, DrainNode, Finding, Platform, Severity, Snapshot
+from nvrx.watch.model import (
+    ACTION_REFUSED,
+    CancelPending,
+    DrainNode,
+    Finding,
+    Platform,
+    Severity,
+    Snapshot,
+)
 from nvrx.watch.observe import observe
 from nvrx.watch.resolve import Target, from_manifest, refuse_input
 from nvrx.watch.sinks import (
@@ -119,6 +128,8 @@ class Watcher:
     _ahead: tuple[CycleCache, CycleRead] | None = field(default=None, repr=False)
 
     _dir: tuple[str, Path] | None = field(default=None, repr=False)
+    # Slurm's node list as this pass read it for a drain (or why it could not be read).
+    _nodes: frozenset[str] | SlurmError | None = field(default=None, repr=False)
 
     @property
     def dir(self) -> Path:
@@ -228,9 +239,10 @@ class Watcher:
             platform=platform,
             read=read,
         )
+        detected = run_detectors(snap, self.settings)
         findings = [
             replace(f, first_seen=state.first_seen(f.key, now))
-            for f in run_detectors(snap, self.settings)
+            for f in refuse_actions(detected, self._node_names(detected))
         ]
         result = PassResult(snap, findings, is_degraded(snap))
         spans = state.see_spans(snap.platform.spans if snap.platform is not None else ())
@@ -284,7 +296,7 @@ class Watcher:
                                 result.goodput,
                             )
                         ],
-                        list(DETECTORS),
+                        [*DETECTORS, ACTION_REFUSED],
                     ),
                 )
             except OSError as exc:
@@ -302,6 +314,22 @@ class Watcher:
             except OSError as exc:
                 result.notes.append(f"state not saved: {exc}")
         return result
+
+    def _node_names(self, findings: list[Finding]) -> frozenset[str] | None:
+        """Slurm's node list, asked (one sinfo) only by a pass that may drain: --act, and a
+        finding that offers to. A drain runs on nothing but a name in it; None when it was not
+        asked, or could not be read (`_drain` then runs nothing: the next pass asks again)."""
+        self._nodes = None
+        if not self.act or self.dry_run or self.slurm is None:
+            return None
+        if not any(isinstance(f.action, DrainNode) for f in findings):
+            return None
+        try:
+            self._nodes = self.slurm.node_names()
+        except SlurmError as exc:
+            self._nodes = exc
+            return None
+        return self._nodes
 
     def _client(self) -> HttpSinks:
         if self.http is None:
@@ -341,9 +369,12 @@ class Watcher:
         """Drain a suspect node (offered only with `watch.drain_suspects`, for a node not
         drained yet; draining it again would only renew its reason)."""
         assert self.slurm is not None
+        if not isinstance(self._nodes, frozenset):
+            why = f"Slurm's node list could not be read: {self._nodes}"
+            return f"[act] FAILED: {shlex.join(action.argv)}: {why} (next pass retries)"
         try:
             argv = self.slurm.drain_node(action.node, action.reason)
-        except SlurmError as exc:
+        except (SlurmError, SlurmValueError) as exc:
             return f"[act] FAILED: {shlex.join(action.argv)}: {exc} (next pass retries)"
         return f"[act] ran: {shlex.join(argv)}"
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
+from dataclasses import replace
+
 from nvrx.config import WatchSettings
+from nvrx.slurm.errors import SlurmValueError
+from nvrx.slurm.options import check_node_name
 from nvrx.watch.detectors.common import chain_label, human_seconds, seconds_since, unseen_job
-from nvrx.watch.model import Finding, Severity, Snapshot
+from nvrx.watch.model import ACTION_REFUSED, DrainNode, Finding, Severity, Snapshot
 
 
 def watch_blind(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
@@ -133,3 +138,47 @@ def counter_regressed(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
             )
         )
     return out
+
+
+def drain_refusal(node: str, known: Collection[str] | None) -> str | None:
+    """Why a drain of `node` must not run (None: it may). The name comes from cycle files,
+    which anyone who can write the work dir can write: it must be one node's name, never a
+    word or a list scontrol reads as many nodes (`ALL`, `n[1-8]`, `n1,n2`), and, when Slurm's
+    node list was read (`known`), one of its nodes."""
+    try:
+        check_node_name(node)
+    except SlurmValueError as exc:
+        return str(exc)
+    if known is not None and node not in known:
+        return f"node {node!r} is not a node Slurm lists (sinfo -N -a)"
+    return None
+
+
+def refuse_actions(findings: Sequence[Finding], known: Collection[str] | None) -> list[Finding]:
+    """`findings` with every drain that `drain_refusal` refuses taken off its finding, and an
+    `action_refused` warning for each: the pass goes on, and says what it would not do."""
+    out: list[Finding] = []
+    for f in findings:
+        action = f.action
+        why = drain_refusal(action.node, known) if isinstance(action, DrainNode) else None
+        if why is None or not isinstance(action, DrainNode):
+            out.append(f)
+            continue
+        out.append(replace(f, action=None))
+        out.append(
+            Finding(
+                detector=ACTION_REFUSED,
+                severity=Severity.WARNING,
+                key=f"nvrx-action-refused-{f.key}",
+                summary=f"drain refused ({f.detector}): {why}",
+                # Never the command itself: a line an operator could paste is what is refused.
+                detail=f"{f.key} offered to drain {action.node!r}; nothing ran",
+                runbook=(
+                    "Nothing was drained. A cycle file named a node that is not one of Slurm's: "
+                    "check who writes the chain's cycle-info files, and drain by hand only a "
+                    "node `sinfo -N` lists."
+                ),
+                evidence={"finding": f.key, "node": action.node, "why": why},
+            )
+        )
+    return sorted(out, key=Finding.sort_key)
