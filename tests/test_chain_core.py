@@ -151,7 +151,7 @@ def test_the_script_is_a_singleton_no_requeue_generation_with_the_trap_first() -
     for directive in ("--dependency=singleton", "--no-requeue", "--exclusive", "--mem=0"):
         assert f"#SBATCH {directive}" in script
     body = script[script.index("set -uo pipefail") :]
-    assert body.index("trap teardown EXIT") < body.index('mkdir -p "$NVRX_CONTROL" "$NVRX_JOB_DIR')
+    assert body.index("trap teardown EXIT") < body.index('nvrx_mkdir "$NVRX_CONTROL" "this task')
     assert body.index("trap teardown EXIT") < body.index('publish "$NVRX_CONTROL/rdzv_host"')
     gate = body[body.index("# The gate") :]
     assert gate.index("rdzv_closed") < gate.index("rdzv_host")

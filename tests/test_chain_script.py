@@ -272,7 +272,10 @@ class Poller:
         (self.dir / "sinfo.out").write_text(drained)
 
     def run_pass(self, timeout: int = 2) -> subprocess.CompletedProcess[str]:
-        script = f'log() {{ echo "LOG $*"; }}\nsource {POLLER / "drain_poller.sh"}\ndrain_pass\n'
+        script = (
+            f'log() {{ echo "LOG $*"; }}\nsource {POLLER / "safety.sh"}\n'
+            f"source {POLLER / 'drain_poller.sh'}\ndrain_pass\n"
+        )
         env = {
             **os.environ,
             "PATH": f"{self.dir / 'bin'}:{os.environ['PATH']}",

@@ -258,11 +258,14 @@ def model_layout(chain: ChainSettings, shape: ArrayShape) -> ModelLayout:
     return ModelLayout(tp, pp, micro, global_)
 
 
+# The functions first, the body that calls them last: how files are written and Slurm's clients
+# run (both use them), the drain poller's, then the generation body.
+TEMPLATES = ("safety.sh", "drain_poller.sh", "generation.sh")
+
+
 def _body() -> str:
-    # The poller's functions first: the generation body starts them.
     templates = resources.files("nvrx.chain").joinpath("templates")
-    poller = templates.joinpath("drain_poller.sh").read_text("utf-8")
-    return poller + "\n" + templates.joinpath("generation.sh").read_text("utf-8")
+    return "\n".join(templates.joinpath(name).read_text("utf-8") for name in TEMPLATES)
 
 
 def script_sha256(text: str) -> str:

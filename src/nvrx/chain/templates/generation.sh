@@ -27,7 +27,7 @@ cancel_chain() {
     local attempt listing
     local -a ids
     for attempt in 1 2 3; do
-        if listing=$(squeue -h -r -u "$SLURM_JOB_USER" -n "$SLURM_JOB_NAME" -o '%F|%k'); then
+        if listing=$(nvrx_slurm squeue -h -r -u "$SLURM_JOB_USER" -n "$SLURM_JOB_NAME" -o '%F|%k'); then
             mapfile -t ids < <(printf '%s\n' "$listing" | awk -F'|' \
                 -v tag="nvrx-chain=$NVRX_CHAIN_ID " -v self="$NVRX_JOB_ID" \
                 'index($2, tag) == 1 && $1 != self { print $1 }' | sort -u)
@@ -35,7 +35,7 @@ cancel_chain() {
                 log "no other generation of chain $NVRX_CHAIN_ID is queued"
                 return 0
             fi
-            if scancel "${ids[@]}"; then
+            if nvrx_slurm scancel "${ids[@]}"; then
                 log "cancelled the rest of chain $NVRX_CHAIN_ID: ${ids[*]}"
                 return 0
             fi
@@ -50,8 +50,11 @@ cancel_chain() {
 teardown() {
     local rc=$?
     if [ -n "$drain_pid" ]; then kill "$drain_pid" 2>/dev/null; fi
-    mkdir -p "$NVRX_CONTROL"
-    : >"$NVRX_CONTROL/rdzv_closed"
+    # Closed even when the control dir is refused: the peers then leave with the cancel below.
+    if nvrx_mkdir "$NVRX_CONTROL" "the gate stays open until the generation is cancelled"; then
+        nvrx_flag "$NVRX_CONTROL/rdzv_closed" ||
+            log "WARNING: cannot write $NVRX_CONTROL/rdzv_closed; the gate stays open until the generation is cancelled"
+    fi
     # 93 can reach task 0 as 143 when a peer's exit tears the step down: the flag file, written
     # by whichever node's launcher exited with the verdict, carries it reliably.
     if [ -e "$NVRX_CONTROL/no_restart" ] || [ "$rc" -eq "$NVRX_NO_RESTART_EXIT_CODE" ]; then
@@ -61,7 +64,7 @@ teardown() {
     log "generation $NVRX_JOB_ID ends (rc=$rc); cancelling its remaining tasks"
     local attempt
     for attempt in 1 2 3; do
-        scancel "$NVRX_JOB_ID" && exit "$rc"
+        nvrx_slurm scancel "$NVRX_JOB_ID" && exit "$rc"
         sleep "$attempt"
     done
     log "WARNING: could not cancel generation $NVRX_JOB_ID; its spares hold nodes until their gate or store timeouts"
@@ -81,7 +84,10 @@ trap 'on_signal 143' TERM
 trap 'on_signal 130' INT
 if [ "$NVRX_TASK" -eq 0 ]; then trap teardown EXIT; fi
 
-mkdir -p "$NVRX_CONTROL" "$NVRX_JOB_DIR/cycle_infos" "$NVRX_JOB_DIR/logs" \
+# The control dir is the script's own and is never followed out of the work dir; the others are
+# the launcher's and the training's (checkpoints may well be a link to another filesystem).
+nvrx_mkdir "$NVRX_CONTROL" "this task cannot run" || exit 1
+mkdir -p "$NVRX_JOB_DIR/cycle_infos" "$NVRX_JOB_DIR/logs" \
     "$NVRX_WORK_DIR/logs" "$NVRX_WORK_DIR/checkpoints" "$NVRX_WORK_DIR/tensorboard"
 
 if [ "$NVRX_TASK" -eq 0 ] && [ "$NVRX_DRAIN_POLL" = 1 ]; then
@@ -90,7 +96,10 @@ if [ "$NVRX_TASK" -eq 0 ] && [ "$NVRX_DRAIN_POLL" = 1 ]; then
 fi
 
 publish() { # FILE VALUE: atomically, so a reader never sees an empty or partial file
-    printf '%s\n' "$2" >"$1.tmp.$$" && mv -f "$1.tmp.$$" "$1"
+    nvrx_write "$1" "$2" && return 0
+    # Without its control files the generation cannot form: end it now, not at its time limit.
+    log "cannot write $1 (a directory there?); generation $NVRX_JOB_ID cannot form"
+    exit 1
 }
 
 if [ "$NVRX_TASK" -eq 0 ]; then
@@ -98,7 +107,7 @@ if [ "$NVRX_TASK" -eq 0 ]; then
         publish "$NVRX_CONTROL/static_iter.txt" 1
     fi
     publish "$NVRX_CONTROL/datetime.txt" "$(date +date_%y-%m-%d_time_%H-%M-%S)"
-    rdzv_host=$(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null | head -n 1)
+    rdzv_host=$(nvrx_slurm scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null | head -n 1)
     [ -n "$rdzv_host" ] || rdzv_host=$(hostname)
     publish "$NVRX_CONTROL/rdzv_host" "$rdzv_host"
     log "rendezvous host $rdzv_host published"
@@ -139,7 +148,7 @@ RDZV_HOST=$(cat "$NVRX_CONTROL/rdzv_host")
 # operator may have changed it with scontrol update); the rendered value is only the fallback.
 NODES_PER_TASK=${SLURM_JOB_NUM_NODES:-1}
 ACTIVE=$NVRX_ACTIVE_TASKS
-throttle=$(scontrol show job -o "$NVRX_JOB_ID" 2>/dev/null | head -n 1 |
+throttle=$(nvrx_slurm scontrol show job -o "$NVRX_JOB_ID" 2>/dev/null | head -n 1 |
     sed -n 's/.*ArrayTaskThrottle=\([0-9][0-9]*\).*/\1/p')
 if [ -n "$throttle" ] && [ "$throttle" -gt 0 ] && [ "$throttle" != "$ACTIVE" ]; then
     log "Array throttle is $throttle, not $ACTIVE; using the throttle"
@@ -199,10 +208,13 @@ fi
 if [ -n "$NVRX_SEGMENT" ]; then launch+=(--ft-segment "$NVRX_SEGMENT"); fi
 # The drain poller's consumer: every node of this task checks this task's admit token before
 # each rendezvous, so the whole task leaves once the poller removes it. Fails open: a token
-# that cannot be created means no check, never a task that evicts itself.
+# that cannot be created means no check, never a task that evicts itself. A link at the token's
+# path is replaced, never written through.
 if [ "$NVRX_DRAIN_POLL" = 1 ]; then
     admit_token=$NVRX_DRAIN_DIR/admit.$SLURM_JOB_ID
-    if mkdir -p "$NVRX_DRAIN_DIR" && : >"$admit_token"; then
+    if ! nvrx_mkdir "$NVRX_DRAIN_DIR" "WARNING: this task runs without the drain check"; then
+        :
+    elif nvrx_write "$admit_token"; then
         launch+=("--ft-storage-health-check-path=$admit_token")
     else
         log "WARNING: cannot create $admit_token; this task runs without the drain check"
@@ -254,11 +266,13 @@ fi
 
 log "launching ${NVRX_LAUNCHER[*]} on $SLURM_JOB_NUM_NODES node(s): nnodes $MIN_NODES:$MAX_NODES, world $WORLD_SIZE, endpoint $RDZV_HOST:$RDZV_PORT"
 # Each node's wrapper records the no-restart verdict in a file before exiting with it. srun runs
-# in the background so that a signal to this shell is handled while the step runs.
-# shellcheck disable=SC2016 # $@, $rc and the NVRX_ variables expand in the node's shell
+# in the background so that a signal to this shell is handled while the step runs. The wrapper
+# is POSIX sh (it may run in a container): a link at the flag's path is removed, and noclobber
+# creates the flag with O_EXCL, which never follows one.
+# shellcheck disable=SC2016 # $@, $rc, $f and the NVRX_ variables expand in the node's shell
 srun -l --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --gpus-per-node="$GPUS_PER_NODE" \
     ${container[@]+"${container[@]}"} \
-    sh -c '"$@"; rc=$?; if [ "$rc" -eq "$NVRX_NO_RESTART_EXIT_CODE" ]; then : >"$NVRX_CONTROL/no_restart"; fi; exit "$rc"' \
+    sh -c '"$@"; rc=$?; if [ "$rc" -eq "$NVRX_NO_RESTART_EXIT_CODE" ]; then f=$NVRX_CONTROL/no_restart; if [ -L "$f" ]; then rm -f "$f"; fi; [ -e "$f" ] || (set -C; : >"$f") 2>/dev/null || echo "nvrx: cannot write $f" >&2; fi; exit "$rc"' \
     nvrx-node "${launch[@]}" &
 step=$!
 wait "$step"
