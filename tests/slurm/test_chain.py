@@ -45,9 +45,12 @@ def work_root(shared_dir: Path) -> Iterator[Path]:
 
 
 def nvrx(
-    *args: str, work: Path, path_prefix: Path | None = None
+    *args: str,
+    work: Path,
+    path_prefix: Path | None = None,
+    exported: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
+    env = {**os.environ, **(exported or {})}
     if path_prefix is not None:
         env["PATH"] = f"{path_prefix}:{env['PATH']}"
     return subprocess.run(
@@ -70,8 +73,13 @@ def nvrx(
     )
 
 
-def submit(work: Path, *args: str, path_prefix: Path | None = None) -> dict[str, Any]:
-    proc = nvrx("--json", *args, work=work, path_prefix=path_prefix)
+def submit(
+    work: Path,
+    *args: str,
+    path_prefix: Path | None = None,
+    exported: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    proc = nvrx("--json", *args, work=work, path_prefix=path_prefix, exported=exported)
     assert proc.returncode == 0, proc.stderr
     doc: dict[str, Any] = json.loads(proc.stdout)
     return doc
@@ -573,6 +581,28 @@ def test_a_drain_query_that_times_out_publishes_nothing(
         lambda: (marker(work, generation, 1) or {}).get("drained") == spare.nodes,
         timeout=60, what="the marker once sinfo answers",
     )  # fmt: skip
+
+
+def test_a_drain_is_seen_whatever_partition_the_job_exports(
+    slurm: Slurm, work_root: Path, drain_node: Any
+) -> None:
+    # The job inherits the submitter's environment (--export=ALL): a sinfo that honoured this
+    # would answer "nothing drained" for the partition that does not exist, every pass.
+    work = work_root / "exported"
+    doc = submit(
+        work, "-K", "1", "--train-tasks", "1", "--hot-spares", "1", "--cold-spares", "0",
+        *NO_FAULTS, "--set", "chain.drain_poll_interval=1",
+        exported={"SINFO_PARTITION": "nvrx-no-such-partition"},
+    )  # fmt: skip
+    (generation,) = [g["job_id"] for g in doc["generations"]]
+    spare = wait_for(lambda: running_task(slurm, generation, 1), what="the hot spare running")
+    wait_for(lambda: marker(work, generation, 1), what="the poller's first pass")
+    drain_node(spare.nodes)
+    wait_for(
+        lambda: (marker(work, generation, 1) or {}).get("drained") == spare.nodes,
+        timeout=60, what="the marker to say drained",
+    )  # fmt: skip
+    assert not (work / "nvrx" / generation / "drain" / f"admit.{spare.job_id}").exists()
 
 
 def test_a_stale_marker_from_an_earlier_allocation_is_ignored(
