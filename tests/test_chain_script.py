@@ -323,7 +323,7 @@ def test_a_task_holding_a_drained_node_loses_its_admit_token_and_clean_tasks_kee
     # One sinfo and one squeue for the whole array, whatever the number of tasks.
     calls = (poller.dir / "calls.log").read_text().splitlines()
     assert [c.split()[0] for c in calls if not c.startswith("scontrol")] == ["sinfo", "squeue"]
-    assert "sinfo -h -N -t drain -o %N" in calls
+    assert "sinfo -h -N -a -t drain -o %N" in calls
     assert "squeue -h -r -j 500 -t R -o %K|%A|%N" in calls
 
 

@@ -469,7 +469,7 @@ class Slurm:
         for state in states:
             if not _NODE_STATE_RE.match(state):
                 raise SlurmValueError(f"invalid node state {state!r}: lower-case letters only")
-        argv = [self._cmd("sinfo"), "-h", "-N", "-t", ",".join(states), "-o", DRAINED_FORMAT]
+        argv = [self._cmd("sinfo"), "-h", "-N", "-a", "-t", ",".join(states), "-o", DRAINED_FORMAT]
         return self._parse(parse_drained_nodes, self.executor.run(argv))
 
     def node_names(self) -> frozenset[str]:

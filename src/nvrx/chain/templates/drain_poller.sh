@@ -47,7 +47,7 @@ drain_pass() { # one pass; non-zero when it published nothing
     # hold the pass (and every pass after it) for good.
     local grace=2
     if ! drained=$(nvrx_slurm timeout -k "$grace" "$NVRX_DRAIN_TIMEOUT" \
-        sinfo -h -N -t "$NVRX_DRAIN_STATES" -o '%N'); then
+        sinfo -h -N -a -t "$NVRX_DRAIN_STATES" -o '%N'); then
         log "drain poller: sinfo failed or timed out after ${NVRX_DRAIN_TIMEOUT}s; this pass publishes nothing"
         return 1
     fi
