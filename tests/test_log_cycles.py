@@ -5,10 +5,11 @@ judge reads every cycle (docs/log-attribution-policy.md, Restart cycles)."""
 from __future__ import annotations
 
 from nvrx.analyze import logcycles
-from nvrx.analyze.logattr import ERRORS_NOT_FOUND, attribute_log
+from nvrx.analyze.logattr import ERRORS_NOT_FOUND, MAX_TASKS, attribute_log
 from nvrx.analyze.logcycles import CycleSpan, CycleSplitter, marker
+from nvrx.analyze.logscan import LISTED_RANKS
 from nvrx.campaign.pool import FaultType
-from nvrx.logtext import RESTART, STOP
+from nvrx.logtext import RESTART, STOP, rank_mentions
 from nvrx.score.evidence import Attribution
 from nvrx.score.model import Case, GroundTruth
 from nvrx.score.rules import judge_rules
@@ -87,6 +88,40 @@ def test_past_max_cycles_the_rest_is_read_as_the_last_cycle_and_says_so() -> Non
     parts = splitter.finish(len(lines))
     assert len(parts) == logcycles.MAX_CYCLES and splitter.capped
     assert parts[-1][0].last_line == len(lines)
+
+
+def wide_cycle(cycle: int, tasks: int) -> list[str]:
+    """A cycle of a `tasks`-task job: rank 0 segfaults, srun reports every other task's exit."""
+    return [
+        event(cycle),
+        "0: Fatal Python error: Segmentation fault",
+        "srun: error: n1: task 0: Segmentation fault (core dumped)",
+        f"srun: error: n2: tasks 1-{tasks - 1}: Exited with exit code 1",
+    ]
+
+
+def test_srun_task_ranges_expand_to_max_tasks_per_log_not_per_cycle() -> None:
+    wide = attribute_log("\n".join(wide_cycle(0, MAX_TASKS) + wide_cycle(1, 8)) + "\n")
+    first, second = (c.attribution for c in wide.cycles)
+    assert sum(len(i.ranks) for i in first.secondary) == MAX_TASKS - 1
+    # Cycle 0 took every task id the log may expand to: cycle 1's ranges are not taken, though
+    # its lines are still read (rank 0's own segfault line names the root).
+    assert (second.fault_class, second.root_rank, second.secondary) == ("SEGFAULT", 0, ())
+    narrow = attribute_log("\n".join(wide_cycle(0, 8) + wide_cycle(1, 8)) + "\n")
+    assert [len(c.attribution.secondary[0].ranks) for c in narrow.cycles] == [7, 7]
+
+
+def test_a_consequence_names_128_ranks_and_counts_the_rest() -> None:
+    small = attribute_log("\n".join(wide_cycle(0, LISTED_RANKS + 1)) + "\n")
+    assert f"ranks {', '.join(map(str, range(1, LISTED_RANKS + 1)))} ended" in small.explanation
+    wide = attribute_log("\n".join(wide_cycle(0, LISTED_RANKS + 9)) + "\n")
+    listed = ", ".join(map(str, range(1, LISTED_RANKS + 1)))
+    assert f"ranks {listed} (and 8 more) ended after it" in wide.explanation
+    [issue] = wide.secondary
+    assert issue.description.startswith(f"ranks {listed} (and 8 more): task ended")
+    assert len(issue.ranks) == LISTED_RANKS + 8  # --json's `ranks` keeps every one
+    # The count is no rank: the judge reads the ranks named, no more.
+    assert rank_mentions(issue.description) == set(range(1, LISTED_RANKS + 1))
 
 
 def test_each_cycle_gets_its_own_root_cause_with_its_line_range() -> None:

@@ -97,7 +97,10 @@ restartable cause ends `REPEATS_TO_STOP` cycles in a row with no checkpoint save
 Cost: `attribute_blocks` reads a log as it streams, one pass, the rules' facts and logscan's scan
 fed together; only lines that hold a keyword of either (`KEYWORDS`) are looked at, and every line
 of a rank while its traceback is open. What is kept is per rank (at most `MAX_RANKS`), never per
-line, so a log of any length is read in flat memory.
+line, so a log of any length is read in flat memory. srun's task ranges expand to at most
+`MAX_TASKS` ids in the whole log (`_TaskIds`, shared by its cycles), and a list of ranks in a
+sentence names `logscan.LISTED_RANKS` of them and counts the rest, so neither the work nor the
+answer grows with cycles × tasks.
 
 One module: the table of rules above, the facts they read and the streaming reader that gathers
 those facts belong together (logscan, the any-format first-failure scan, is its own module).
@@ -120,6 +123,7 @@ from nvrx.analyze.logscan import (
     Scan,
     feed_blocks,
     gate_words,
+    ranks_text,
     text_blocks,
 )
 from nvrx.limits import MAX_RANKS, as_rank, small_int
@@ -435,28 +439,35 @@ class _Facts:
     abort: dict[int, _Line] = field(default_factory=dict)
     checkpoint_saved: bool = False
     teardown: bool = False  # srun has started tearing the step down
-    task_ids: int = 0  # task ids the srun range lists expanded to so far (MAX_TASKS in all)
     launchers: bool = False  # srun's tasks are launchers of labelled workers, not ranks
 
 
 MAX_TASKS = MAX_RANKS
 
 
-def _task_list(spec: str, facts: _Facts) -> list[int]:
-    """The task ids of an srun range list (`0-3,7`). All the log's ranges together expand to
-    at most MAX_TASKS ids: past that a range is not taken (its lines are still in the log)."""
-    out: list[int] = []
-    for part in spec.split(","):
-        low, _, high = part.partition("-")
-        if not low.isdigit() or (high and not high.isdigit()):
-            continue
-        first, last = small_int(low), small_int(high or low)
-        if first is not None and last is not None:
-            count = last - first + 1
-            if count > 0 and last < MAX_TASKS and facts.task_ids + count <= MAX_TASKS:
-                facts.task_ids += count
-                out.extend(range(first, last + 1))
-    return out
+@dataclass
+class _TaskIds:
+    """How many task ids srun's range lists may still expand to: MAX_TASKS for the whole log,
+    shared by all its cycles (one budget per cycle would let 1,000 cycles cost 1,000 times a
+    131,072-task table, and their explanations list it 1,000 times)."""
+
+    left: int = MAX_TASKS
+
+    def expand(self, spec: str) -> list[int]:
+        """The task ids of an srun range list (`0-3,7`), while the budget lasts: past it a
+        range is not taken (its lines are still in the log, and logscan still reads them)."""
+        out: list[int] = []
+        for part in spec.split(","):
+            low, _, high = part.partition("-")
+            if not low.isdigit() or (high and not high.isdigit()):
+                continue
+            first, last = small_int(low), small_int(high or low)
+            if first is not None and last is not None:
+                count = last - first + 1
+                if 0 < count <= self.left and last < MAX_TASKS:
+                    self.left -= count
+                    out.extend(range(first, last + 1))
+        return out
 
 
 def _int_list(spec: str) -> list[int]:
@@ -534,8 +545,9 @@ KEYWORDS = gate_words(_KEYWORDS, logscan.KEYWORDS, logcycles.KEYWORDS, MARKER_WO
 class _Reader:
     """The facts and logscan's scan of a log, fed its lines (logscan.LineReader)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tasks: _TaskIds) -> None:
         self.facts = _Facts()
+        self.tasks = tasks  # the log's, shared by its cycles' readers
         self.scan = Scan()
         self.open: dict[int, _TracebackReader] = {}  # ranks inside a traceback
         self.text = False  # a line with text has been read
@@ -587,9 +599,9 @@ class _Reader:
         if line.system:
             facts.teardown = facts.teardown or _TEARDOWN.search(body) is not None
             if m := _TASK_RUNNING.match(body):
-                facts.running_at_teardown.update(_task_list(m.group("tasks"), facts))
+                facts.running_at_teardown.update(self.tasks.expand(m.group("tasks")))
             if m := _TASK_EXIT.match(body):
-                for task in _task_list(m.group("tasks"), facts):
+                for task in self.tasks.expand(m.group("tasks")):
                     status = m.group("status").strip()
                     facts.exits.setdefault(task, _Exit(line, status, facts.teardown))
             return
@@ -805,12 +817,6 @@ def _clean(text: str) -> str:
     return _defuse(" ".join(text.replace("[", "(").replace("]", ")").split()))
 
 
-def _ranks_text(ranks: list[int]) -> str:
-    if len(ranks) == 1:
-        return f"rank {ranks[0]}"
-    return "ranks " + ", ".join(str(r) for r in ranks)
-
-
 def _primary(fault: FaultClass, root: int, why: str) -> Issue:
     words = _PRIMARY[fault]
     for text in (f"rank {root}: {words}; {why}", f"rank {root}: {words}"):
@@ -828,7 +834,7 @@ def _secondary(facts: _Facts, root: int | None) -> tuple[list[Issue], list[int]]
         issues.append(
             Issue(
                 tuple(collateral),
-                f"{_ranks_text(collateral)}: collective timeout (watchdog){waited}, then a "
+                f"{ranks_text(collateral)}: collective timeout (watchdog){waited}, then a "
                 "flight-recorder dump and a collateral abort",
             )
         )
@@ -837,7 +843,7 @@ def _secondary(facts: _Facts, root: int | None) -> tuple[list[Issue], list[int]]
         if r != root and r not in facts.timed_out:
             by_status.setdefault(e.status, []).append(r)
     for status, ranks in by_status.items():
-        issues.append(Issue(tuple(ranks), _clean(f"{_ranks_text(ranks)}: task ended ({status})")))
+        issues.append(Issue(tuple(ranks), _clean(f"{ranks_text(ranks)}: task ended ({status})")))
     return issues, collateral
 
 
@@ -856,7 +862,7 @@ def _set_aside(facts: _Facts, root: int, collateral: list[int]) -> list[str]:
     if collateral:
         lines = [facts.timed_out[r].no for r in collateral]
         out.append(
-            f"{_ranks_text(collateral)} timed out waiting for rank {root} "
+            f"{ranks_text(collateral)} timed out waiting for rank {root} "
             f"({logscan.lines_text(lines[:EARLY_LINES], len(lines))})"
         )
     ended = sorted((r, e) for r, e in facts.exits.items() if r != root and r not in facts.timed_out)
@@ -864,7 +870,7 @@ def _set_aside(facts: _Facts, root: int, collateral: list[int]) -> list[str]:
         ranks = [r for r, _ in ended]
         lines = [e.line.no for _, e in ended]
         out.append(
-            f"{_ranks_text(ranks)} ended after it, by srun's account "
+            f"{ranks_text(ranks)} ended after it, by srun's account "
             f"({logscan.lines_text(lines[:EARLY_LINES], len(set(lines)))})"
         )
     return out
@@ -901,7 +907,8 @@ def attribute_blocks(blocks: Iterable[str], *, gate: bool = True) -> LogAttribut
     def close(reader: _Reader, _: CycleSpan) -> LogAttribution:
         return _attribute(reader, unfed[0])
 
-    splitter: CycleSplitter[_Reader, LogAttribution] = CycleSplitter(_Reader, close)
+    tasks = _TaskIds()
+    splitter: CycleSplitter[_Reader, LogAttribution] = CycleSplitter(lambda: _Reader(tasks), close)
     unfed[0], lines = feed_blocks(blocks, splitter, KEYWORDS, gate=gate)
     cycles = tuple(CycleAttribution(span, a) for span, a in splitter.finish(lines))
     if len(cycles) == 1:
@@ -993,7 +1000,7 @@ def _first_failure(facts: _Facts, root: Failure, scan: Scan) -> LogAttribution:
     )
     others, also = scan.others(root)
     secondary = (
-        (Issue(tuple(others), _clean(f"{_ranks_text(others)}: failed after it")),) if others else ()
+        (Issue(tuple(others), _clean(f"{ranks_text(others)}: failed after it")),) if others else ()
     )
     lines = [root, *also]
     evidence = tuple(Evidence(f.line, f.rank, _defuse(f.text)) for f in lines)
@@ -1025,7 +1032,7 @@ def _hang_without_root(facts: _Facts) -> LogAttribution:
     ranks = sorted(facts.timed_out)
     primary = Issue(
         tuple(ranks),
-        f"{_ranks_text(ranks)}: collective timeout (watchdog hang); the log does not name the "
+        f"{ranks_text(ranks)}: collective timeout (watchdog hang); the log does not name the "
         "rank that stopped contributing",
     )
     decision, reason = DECISIONS["HANG"]
