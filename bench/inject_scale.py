@@ -1,7 +1,7 @@
 """Campaigns at scale: what the driver costs per pass as a campaign grows, and what a 10,000-
 experiment session costs to report, page and resume.
 
-    .venv/bin/python bench/inject_scale.py journal [--experiments 1000 10000]
+    .venv/bin/python bench/inject_scale.py journal [--experiments 1000 10000] [--hostile]
     .venv/bin/python bench/inject_scale.py cluster [--experiments 1000] [--window 8]
 
 `journal` generates sessions of each size as inject-loop leaves them (a journal of every
@@ -11,7 +11,11 @@ the commands a person runs on one, each in its own process, timed and with its p
 against an empty page's in the same run) and `nvrx inject-loop --resume` (a finished session:
 the journal read, the tracking file and every report rebuilt). Each figure is printed per size, and
 what one more experiment adds between consecutive sizes: the same at every step is linear.
-Targets at 10,000: report under 5 s; page under 15 MB, rendered in under 5 s.
+Targets at 10,000: report under 5 s; page under 15 MB, rendered in under 5 s. `--hostile` makes
+the page's worst case: every experiment fails, a shape of its own (its own node count), every
+field of the journal the page shows (the verdict's values, notes and judge, the job id, state and
+exit) and every analysis file text that escapes sixfold (`'`), and the previous session beside
+it ran the same experiments and passed most of their cells (each one a change).
 
 `cluster` runs a campaign of near-instant experiments on the local cluster (Slurm up:
 deploy/local-slurm/up), window 8, a 1 s poll, no analysis, in this process, and records the
@@ -45,18 +49,28 @@ FAULTS = ("SEGFAULT", "GPU_SLEEP", "SIGKILL", "WORKLOAD_EXC", "GPU_ERROR", "SIGT
 PASS = {"restart_correct": "true", "rank_primary": "true", "rank_any": "true",
         "fault_described": "true", "fr_rank_correct": "rank"}  # fmt: skip
 LINE = "[rank3]: RuntimeError: NCCL watchdog timeout waiting for rank 1"
+SIXFOLD = "'" * 1000  # `&#x27;` once escaped (the most a character grows), and as it is in JSON
 
 
 # --- journal: a generated session ------------------------------------------------------------
 
 
-def generate_session(base: Path, experiments: int) -> Path:
+def generate_session(
+    base: Path,
+    experiments: int,
+    *,
+    hostile: bool = False,
+    spread: bool = False,
+    name: str = "20260101_000000",
+) -> Path:
     """A finished session of `experiments` experiments as inject-loop leaves it: the journal
     (written in one go: its lines are what `Journal.append` writes), the tracking file's header,
-    and each experiment's analysis files, as long as the page keeps them."""
+    and each experiment's analysis files, as long as the page keeps them. `hostile`: the page's
+    worst case (the module's docstring); `spread`: each experiment a node count of its own."""
     from nvrx.campaign.session import JOURNAL_NAME, TSV_HEADER, TSV_NAME
 
-    session = base / "fault_injection" / "20260101_000000"
+    text = SIXFOLD if hostile else LINE
+    session = base / "fault_injection" / name
     session.mkdir(parents=True)
     (session / TSV_NAME).write_text(TSV_HEADER)
     at = datetime(2026, 1, 1, tzinfo=UTC)
@@ -67,30 +81,35 @@ def generate_session(base: Path, experiments: int) -> Path:
               "argv": ["bench"]}]  # fmt: skip
     shapes = []
     for i in range(experiments):
-        nodes = (2, 4, 8)[i % 3]
+        nodes = 2 + i if hostile or spread else (2, 4, 8)[i % 3]
         fault, rank, iteration = FAULTS[i % len(FAULTS)], i % (nodes * 4), 5 + i // 24
         shapes.append((fault, rank, iteration, nodes))
         lines.append({"event": "planned", "index": i, "fault": fault, "rank": rank,
                       "iter": iteration, "nodes": nodes, "copy": 0})  # fmt: skip
     for i, (fault, rank, iteration, nodes) in enumerate(shapes):
-        job = str(100_000 + i)
+        job = SIXFOLD if hostile else str(100_000 + i)
+        state, exit_ = (SIXFOLD, SIXFOLD) if hostile else ("FAILED", "1:0")
         lines += [
-            {"event": "submitting", "index": i, "job_name": f"fi-20260101_000000-{i}",
-             "comment": f"nvrx-fi=20260101_000000 exp={i}"},
+            {"event": "submitting", "index": i, "job_name": f"fi-{name}-{i}",
+             "comment": f"nvrx-fi={name} exp={i}"},
             {"event": "submitted", "index": i, "job_id": job, "comment": "c"},
-            {"event": "ended", "index": i, "job_id": job, "state": "FAILED", "exit": "1:0",
+            {"event": "ended", "index": i, "job_id": job, "state": state, "exit": exit_,
              "start": "2026-01-01T00:00:00", "end": "2026-01-01T00:01:00"},
         ]  # fmt: skip
         dims = {**PASS, "rank_primary": "false"} if i % 3 == 0 else PASS
-        verdict = {"case": f"20260101_000000/n{nodes}_{fault}_r{rank}_i{iteration}",
-                   "status": "scored", "judge": "rules", "notes": LINE, **dims}  # fmt: skip
+        if hostile:
+            dims = dict.fromkeys(PASS, SIXFOLD)
+        verdict = {"case": f"{name}/n{nodes}_{fault}_r{rank}_i{iteration}",
+                   "status": "scored", "judge": SIXFOLD if hostile else "rules", "notes": text,
+                   **dims}  # fmt: skip
         lines.append({"event": "analysed", "index": i, "validity": "valid", "reason": "r",
                       "decision": "RESTART", "verdict": verdict})  # fmt: skip
         analysis = session / f"n{nodes}_{fault}_r{rank}_i{iteration}" / "analysis"
         analysis.mkdir(parents=True)
-        (analysis / "stripped.log").write_text((LINE + "\n") * 60)
-        (analysis / "log_attribution.txt").write_text("RESTART IMMEDIATE\n" + LINE * 14)
-        (analysis / "fr_analysis.txt").write_text("pg  missing\n" + "0 1\n" * 250)
+        (analysis / "stripped.log").write_text((text + "\n") * 60)
+        (analysis / "log_attribution.txt").write_text("RESTART IMMEDIATE\n" + text * 14)
+        fr_rows = (text + "\n") * 2 if hostile else "0 1\n" * 250
+        (analysis / "fr_analysis.txt").write_text("pg  missing\n" + fr_rows)
     with (session / JOURNAL_NAME).open("w") as journal:
         for n, event in enumerate(lines):
             stamp = (at + timedelta(seconds=n)).isoformat()
@@ -117,7 +136,7 @@ def measure(argv: Sequence[str], env: dict[str, str]) -> Measured:
     return Measured(seconds, usage.ru_maxrss / 1024)
 
 
-def journal_bench(sizes: Sequence[int], runs: int) -> None:
+def journal_bench(sizes: Sequence[int], runs: int, *, hostile: bool = False) -> None:
     env = dict(os.environ)
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     per: dict[int, dict[str, Measured]] = {}
@@ -128,7 +147,9 @@ def journal_bench(sizes: Sequence[int], runs: int) -> None:
         empty.write_text("<!DOCTYPE html><html><body></body></html>")
         for size in sizes:
             start = time.perf_counter()
-            session = generate_session(root / f"s{size}", size)
+            session = generate_session(root / f"s{size}", size, hostile=hostile)
+            if hostile:  # the same experiments, passing before: their cells are changes
+                generate_session(root / f"s{size}", size, spread=True, name="20251231_000000")
             print(f"{size} experiments: session generated in {time.perf_counter() - start:.1f} s")
             page = root / f"page{size}.html"
             commands = {
@@ -255,12 +276,13 @@ def main() -> None:
     journal = sub.add_parser("journal", help="report, page and resume of generated sessions")
     journal.add_argument("--experiments", type=int, nargs="+", default=[100, 1000, 10_000])
     journal.add_argument("--runs", type=int, default=1, help="runs of each command (best kept)")
+    journal.add_argument("--hostile", action="store_true", help="the page's worst case")
     cluster = sub.add_parser("cluster", help="driver CPU per pass on the local cluster")
     cluster.add_argument("--experiments", type=int, default=1000)
     cluster.add_argument("--window", type=int, default=8)
     args = parser.parse_args()
     if args.part == "journal":
-        journal_bench(sorted(args.experiments), args.runs)
+        journal_bench(sorted(args.experiments), args.runs, hostile=args.hostile)
     else:
         cluster_bench(args.experiments, args.window)
 

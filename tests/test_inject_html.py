@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from nvrx.campaign.session import Record
 from nvrx.inject import html
 from nvrx.inject.report import REPORT_HTML, write_html, write_reports
 from nvrx.inject.rows import Change, Row
-from nvrx.score.model import Case, GroundTruth, Verdict
+from nvrx.score.model import DIMENSIONS, Case, GroundTruth, Verdict
 
 from .conftest import SCORE_DEMO
 from .test_inject_report import session_with, verdict
@@ -177,41 +178,77 @@ def test_a_heatmap_starts_right_under_its_caption() -> None:
     assert first_cell_y <= 30  # one line of column heads above it, no blank band
 
 
-def _rows(count: int, failing: bool, notes: str) -> list[Row]:
+def _rows(count: int, failing: bool, notes: str, text: str = "", nodes: int = 4) -> list[Row]:
+    """`count` experiments; with `text`, every field of the journal that the page shows (the
+    verdict's values, its judge, the job, its state and exit, the files changed) is `text`."""
     rows = []
-    fail = Verdict.model_validate({**verdict(rank_primary="false"), "notes": notes})
+    hostile = dict.fromkeys(DIMENSIONS, text) if text else {}
+    if text:
+        hostile["judge"] = text
+    fail = Verdict.model_validate({**verdict(rank_primary="false"), "notes": notes, **hostile})
     ok = Verdict.model_validate({**verdict(), "notes": notes})
     for i in range(count):
-        experiment = Experiment(FaultType("SEGFAULT"), i % 16, 5 + i // 16, 4)
+        experiment = Experiment(FaultType("SEGFAULT"), i % 16, 5 + i // 16, nodes or 4 + i)
         case = Case(
             id=f"s/e{i}",
             truth=GroundTruth(experiment.fault, experiment.rank, 5, 4, 4, 16, True),
             experiment_dir=f"/s/e{i}",
+            changed=(text,) if text else (),
         )
         v = fail if failing or i % 2 else ok
-        rows.append(Row(Record(i, experiment, Path(f"/s/e{i}")), case, v))
+        record = Record(i, experiment, Path(f"/s/e{i}"))
+        if text:
+            record = replace(record, job_id=text, state=text, exit=text)
+        rows.append(Row(record, case, v))
     return rows
+
+
+SIXFOLD = '"' * 10_000  # each character escapes to `&quot;`: the most a character can grow
 
 
 def test_a_10000_experiment_page_stays_under_15_mb_even_when_every_one_fails() -> None:
     # The worst case: every experiment fails (a brief section keeps its table), every note and
-    # every piece of evidence as long as the page keeps.
+    # every piece of evidence as long as the page keeps, every field of the journal the page
+    # shows (verdict values, judge, job, state, the files changed) text that escapes sixfold,
+    # every experiment a shape of its own, and as many changes since the previous session.
     long = "<" * 10_000  # escaped, each character grows fourfold: the longest evidence can be
-    rows = _rows(10_000, True, "x" * 10_000)
+    rows = _rows(10_000, True, SIXFOLD, SIXFOLD, nodes=0)
     shown = set(html.with_evidence(rows))
     assert len(shown) == html.EVIDENCE_SECTIONS
-    cut = html.evidence_of(long, long, long, ("e/analysis/stripped.log",))
+    files = ("e/analysis/stripped.log", "e/analysis/log_attribution.txt", "e/analysis/fr.txt")
+    cut = html.evidence_of(long, long, long, files)
     evidences = [
-        cut if i in shown else html.Evidence(files=("e/analysis/stripped.log",), shown=False)
-        for i in range(len(rows))
+        cut if i in shown else html.Evidence(files=files, shown=False) for i in range(len(rows))
     ]
-    page = html.page(Path("/s"), rows, (False, "not yet"), evidences, None)
+    changes = [
+        Change(r.record.experiment.entry, d, SIXFOLD, SIXFOLD, i % 2 == 0)
+        for i, r in enumerate(rows)
+        for d in DIMENSIONS
+    ]
+    page = html.page(Path("/s"), rows, (False, "not yet"), evidences, (changes, [], []))
     assert page.count("<details") == 10_000
-    # Past the evidence's byte budget, even some of the first 1,000 are brief.
+    # Past the evidence's byte budget, even some of the first 1,000 are brief; past the page's,
+    # sections leave their text from outside out, and say so.
     brief = page.count("Evidence not on this page")
     assert brief > 9_000
     assert f"the evidence itself is shown for {10_000 - brief} of them" in page
+    assert re.search(r"Past the page's budget, \d+ sections leave out the job", page)
+    assert f"The first {html.SHAPE_COLUMNS} of 10000 shapes" in page
     assert len(page.encode()) < 15_000_000
+
+
+def test_a_verdict_value_and_a_change_take_48_bytes_whatever_the_journal_holds() -> None:
+    rows = _rows(2, True, "n", SIXFOLD)
+    changes = [Change(rows[0].record.experiment.entry, "rank_any", SIXFOLD, SIXFOLD, True)]
+    page = html.page(Path("/s"), rows, (False, ""), [html.Evidence()] * 2, (changes, [], []))
+    cut = "&quot;" * 7 + "…"  # 45 bytes: no entity cut in two
+    assert f"<td class='bad'>✗ {cut}</td>" in page
+    assert f"rank (any): {cut} → {cut}</li>" in page
+    assert f"▲ {'&quot;' * 7}… → " in page  # the picture's label: cut, then escaped
+    assert len(page.encode()) < 40_000
+    # The values a judge gives are shown whole.
+    plain = html.page(Path("/s"), _rows(2, True, "n"), (False, ""), [html.Evidence()] * 2, None)
+    assert "<td class='bad'>✗ false</td>" in plain and "<td class='ok'>✓ true</td>" in plain
 
 
 def test_past_the_evidence_budget_the_experiments_that_fail_keep_their_evidence(

@@ -3,12 +3,14 @@ self-contained HTML document that works opened from a shared filesystem with no 
 
 No script, font or image, only inline CSS and SVG, and a Content-Security-Policy that forbids
 any load, so a page cannot fetch even if some text in it tried to. Everything from outside goes
-through `escape`.
+through `escape`, and every part of a page that comes from outside through `escape_within`,
+its byte budget.
 """
 
 from __future__ import annotations
 
 import html
+import re
 
 from nvrx.display import printable
 
@@ -27,6 +29,34 @@ def escape(text: object) -> str:
     """`text` safe inside an element or a quoted attribute: HTML-escaped, and its control and
     bidirectional-override characters written as escapes (`display.printable`), lines kept."""
     return html.escape(printable(str(text), lines=True), quote=True)
+
+
+def escape_within(text: str, limit: int, *, keep: str = "head") -> str:
+    """`text` escaped (`escape`) in at most `limit` bytes of UTF-8, its head or its tail
+    (neither a character nor an entity cut in two): escaping can make text six times longer,
+    and non-Latin text is three bytes a character, so a part's budget is counted in what the
+    page carries."""
+    # Each character escapes to a byte at least: past `limit` of them, none can be kept (and a
+    # megabyte of text is not escaped to keep 48 bytes of it).
+    out = escape(text[: limit + 1] if keep == "head" else text[-(limit + 1) :])
+    if len(out) * 4 <= limit:  # UTF-8 is at most 4 bytes a character: no need to encode
+        return out
+    data = out.encode()
+    if len(data) <= limit:
+        return out
+    room = max(limit - 3, 0)  # "…" is 3 bytes
+    if keep == "tail":
+        piece = data[len(data) - room :].decode("utf-8", "ignore")
+        entity_tail = _ENTITY_TAIL.match(piece)
+        return "…" + (piece[entity_tail.end() :] if entity_tail else piece)
+    piece = data[:room].decode("utf-8", "ignore")
+    amp = piece.rfind("&")
+    if amp != -1 and ";" not in piece[amp:]:
+        piece = piece[:amp]  # an entity cut short
+    return piece + "…"
+
+
+_ENTITY_TAIL = re.compile(r"[#\w]{1,8};")  # the end of an entity whose `&` a tail cut off
 
 
 def document(title: str, body: str, css: str = "") -> str:

@@ -6,7 +6,10 @@ report`'s terminal raw. Each test failed before its fix."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
+
+from nvrx.score.model import DIMENSIONS
 
 from .harness import assert_no_traceback, run_nvrx
 
@@ -43,3 +46,41 @@ def test_a_many_cycle_many_task_log_costs_what_its_lines_say(tmp_path: Path, hom
     assert len(doc["cycles"]) == cycles
     assert (doc["fault_class"], doc["root_rank"]) == ("SEGFAULT", 0)
     assert f"(and {TASKS - 1 - 128} more) ended after it" in doc["cycles"][0]["explanation"]
+
+
+def demo_sessions(tmp_path: Path) -> tuple[Path, Path]:
+    """The demo session and a copy of it beside it, one day older (the previous session)."""
+    from ..conftest import SCORE_DEMO
+
+    new = tmp_path / "fault_injection" / SCORE_DEMO.name
+    shutil.copytree(SCORE_DEMO, new)
+    old = new.with_name("20200101_000000")
+    shutil.copytree(SCORE_DEMO, old)
+    return old, new
+
+
+def rewrite_verdicts(session: Path, **fields: str | None) -> None:
+    """Every journalled verdict of `session` with `fields` set (a scored verdict may hold any
+    text in its dimensions: nvrx never wrote it, someone did)."""
+    journal = session / "journal.jsonl"
+    events = [json.loads(line) for line in journal.read_text().splitlines()]
+    for ev in events:
+        if ev.get("event") == "analysed":
+            ev["verdict"].update(fields)
+    journal.write_text("".join(json.dumps(ev) + "\n" for ev in events))
+
+
+def test_hostile_verdict_and_trend_text_leave_the_page_its_size(tmp_path: Path, home: Path) -> None:
+    # Before: a verdict cell and a change's before/after had no budget: 300 KB of `"` in
+    # each dimension of 4 verdicts made a 117 MB page (the cells, the list of changes and the
+    # picture of them each carrying the text six times over).
+    _, new = demo_sessions(tmp_path)
+    text = '"' * 300_000
+    rewrite_verdicts(new, **dict.fromkeys(DIMENSIONS, text), judge=text, notes=text)
+    page = tmp_path / "page.html"
+    proc = run_nvrx("report", str(new), "--html", str(page), "--json", cwd=home, wall=20.0)
+    assert proc.code == 0, proc.describe()
+    shown = page.read_text()
+    assert "regressed since the previous session" in shown
+    assert shown.count("<details") == 4
+    assert len(shown.encode()) < 100_000, len(shown.encode())

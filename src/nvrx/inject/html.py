@@ -7,8 +7,10 @@ links). Everything from outside (log lines, judge notes, file names) is HTML-esc
 experiment's evidence is cut (`EXCERPT_CHARS`, `TABLE_CHARS`) so that a 1,000-experiment page
 stays a few megabytes; past `EVIDENCE_SECTIONS` experiments, only those that do not pass carry
 their evidence (the first `EVIDENCE_SECTIONS` of them) and the others link to their files, and
-the list of changes since the previous session is cut at `TREND_ITEMS`: a 10,000-experiment
-page stays under 15 MB and opens in a browser in seconds.
+the list of changes since the previous session is cut at `TREND_ITEMS`, the shape heatmap at
+`SHAPE_COLUMNS`, and all the sections at `SECTIONS_BYTES` (past it a section leaves its text from
+outside out): a 10,000-experiment page stays under 15 MB whatever the journal holds, and opens
+in a browser in seconds.
 
 One module because the page's sections and its size budget are one layout: what each part may
 take is what keeps the whole bounded.
@@ -19,18 +21,17 @@ experiment's files (bounded reads) and `evidence_of` cuts.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from nvrx.config import STOP_DIMENSIONS
-from nvrx.htmlpage import document, escape
+from nvrx.htmlpage import document, escape, escape_within
 from nvrx.inject.rows import Change, Row, rank_position
 from nvrx.score.evidence import judge_excerpt
 from nvrx.score.html import CSS as VERDICT_CSS
-from nvrx.score.html import LEGEND, SHORT, verdict_cell
+from nvrx.score.html import LEGEND, SHORT, VALUE_BYTES, verdict_cell
 from nvrx.score.model import DIMENSIONS, passes_all
 
 EXCERPT_CHARS = 1200
@@ -39,8 +40,15 @@ NOTES_CHARS = 600
 BRIEF_NOTES_CHARS = 200  # the judge's note in a section without its evidence
 EVIDENCE_SECTIONS = 1000  # experiments whose section carries the evidence itself
 EVIDENCE_BYTES = 6_000_000  # and the bytes those sections may take, all together
+# The bytes every section may take, all together: past them a section leaves out its text from
+# outside (`_sections`). The rest of the page (the heatmaps, the trend) takes under 1 MB
+# whatever the journal holds, so a page stays under 15 MB.
+SECTIONS_BYTES = 13_000_000
 TREND_ITEMS = 500  # changes listed one by one; `nvrx report diff` lists every one
 TREND_PICTURE_ROWS = 60  # changed experiments drawn in the picture of changes
+# Shapes (nodes × rank position) drawn as columns of the shape heatmap: a pool of 12 node counts
+# at every position; a journal of 10,000 node counts would draw 120,000 cells (35 MB).
+SHAPE_COLUMNS = 48
 
 
 @dataclass(frozen=True)
@@ -221,16 +229,32 @@ def _by_shape(rows: Sequence[Row], dimensions: Sequence[str]) -> str:
     faults = sorted({f for f, _, _ in every})
     order = {"0": 0, "1": 1, "mid": 2, "last": 3}
     shapes = sorted({(n, p) for _, n, p in every}, key=lambda s: (s[0], order.get(s[1], 9)))
+    legend = HEATMAP_LEGEND
+    if len(shapes) > SHAPE_COLUMNS:
+        legend += (
+            f"<p class='legend'>The first {SHAPE_COLUMNS} of {len(shapes)} shapes: "
+            "<code>experiments_report.md</code>'s matrix lists every one.</p>"
+        )
+        shapes = shapes[:SHAPE_COLUMNS]
     columns = [f"{n} nodes · rank {p}" for n, p in shapes]
     cells = {}
     for (fault, nodes, pos), members in every.items():
+        if (nodes, pos) not in shapes:
+            continue
         scored = sum(r.verdict.status == "scored" for r in members)
         ok = sum(passes_all(r.verdict, dimensions) for r in members)
         rate = ok / scored if scored else None
         tip = f"{fault}, {nodes} nodes, rank {pos}: {ok} of {scored} scored pass all"
         cells[(fault, f"{nodes} nodes · rank {pos}")] = (rate, tip)
     title = "Pass rate (every stop dimension): fault type × nodes × rank position"
-    return _heatmap(title, faults, columns, cells)
+    return _heatmap(title, faults, columns, cells, legend=legend)
+
+
+def _picture_value(value: str) -> str:
+    """A verdict value as the picture of changes draws it (`_heatmap` escapes it, and sizes its
+    columns by it): a character escapes to 6 bytes at most, so VALUE_BYTES // 6 characters
+    keep it within VALUE_BYTES, as in a verdict cell."""
+    return _cut(value, VALUE_BYTES // 6, keep="head")
 
 
 def _trend(
@@ -242,8 +266,8 @@ def _trend(
         return "<p>No cell changed since the previous session.</p>"
     items = [
         f"<li class='{'up' if c.improved else 'down'}'>{'▲' if c.improved else '▼'} "
-        f"{_e(c.entry)} {_e(SHORT.get(c.dimension, c.dimension))}: {_e(c.before)} → "
-        f"{_e(c.after)}</li>"
+        f"{_e(c.entry)} {_e(SHORT.get(c.dimension, c.dimension))}: "
+        f"{escape_within(c.before, VALUE_BYTES)} → {escape_within(c.after, VALUE_BYTES)}</li>"
         for c in changes[:TREND_ITEMS]
     ]
     room = max(TREND_ITEMS - len(items), 0)
@@ -263,17 +287,13 @@ def _trend(
     if changes and len(entries) <= TREND_PICTURE_ROWS:
         # report diff as a picture: changed experiments × dimensions (a picture of thousands of
         # rows is not read; the list says them)
-        cells: dict[tuple[str, str], tuple[float | None, str]] = {
-            (c.entry, SHORT.get(c.dimension, c.dimension)): (
-                1.0 if c.improved else 0.0,
-                f"{c.entry} {c.dimension}: {c.before} → {c.after}",
-            )
-            for c in changes
-        }
-        labels = {
-            key: ("▲ " if rate else "▼ ") + tip.rsplit(": ", 1)[1]
-            for key, (rate, tip) in cells.items()
-        }
+        cells: dict[tuple[str, str], tuple[float | None, str]] = {}
+        labels: dict[tuple[str, str], str] = {}
+        for c in changes:
+            key = (c.entry, SHORT.get(c.dimension, c.dimension))
+            values = f"{_picture_value(c.before)} → {_picture_value(c.after)}"
+            cells[key] = (1.0 if c.improved else 0.0, f"{c.entry} {c.dimension}: {values}")
+            labels[key] = ("▲ " if c.improved else "▼ ") + values
         picture = _heatmap(
             "Changed since the previous session",
             entries,
@@ -289,49 +309,28 @@ def _trend(
     )
 
 
-def _escaped(text: str, limit: int, *, keep: str = "head") -> str:
-    """`text` HTML-escaped in at most `limit` bytes of UTF-8, its head or its tail (neither a
-    character nor an entity cut in two): escaping can make text six times longer, and non-Latin
-    text is three bytes a character, so a part's budget is counted in what the page carries."""
-    out = _e(text)
-    if len(out) * 4 <= limit:  # UTF-8 is at most 4 bytes a character: no need to encode
-        return out
-    data = out.encode()
-    if len(data) <= limit:
-        return out
-    room = max(limit - 3, 0)  # "…" is 3 bytes
-    if keep == "tail":
-        piece = data[len(data) - room :].decode("utf-8", "ignore")
-        entity_tail = _ENTITY_TAIL.match(piece)
-        return "…" + (piece[entity_tail.end() :] if entity_tail else piece)
-    piece = data[:room].decode("utf-8", "ignore")
-    amp = piece.rfind("&")
-    if amp != -1 and ";" not in piece[amp:]:
-        piece = piece[:amp]  # an entity cut short
-    return piece + "…"
-
-
-_ENTITY_TAIL = re.compile(r"[#\w]{1,8};")  # the end of an entity whose `&` a tail cut off
-
-
 def _section_bytes(chars: int) -> int:
     """The bytes a part of `chars` characters may take on the page: twice its characters (room
     for the quotes and brackets of a traceback), never six times."""
     return 2 * chars
 
 
-def _experiment(row: Row, ev: Evidence, dimensions: Sequence[str]) -> str:
+def _experiment(row: Row, ev: Evidence, dimensions: Sequence[str], *, bare: bool = False) -> str:
     """One experiment's section: its verdict, the judge's note, the evidence (unless past the
     page's budget: a brief section) and the links to its files. Every part from outside has a
-    byte budget, so a section's size is bounded whatever the journal and the files hold."""
+    byte budget, so a section's size is bounded whatever the journal and the files hold. A
+    `bare` section (brief, past SECTIONS_BYTES) leaves out the job, its state and the judge's
+    note: what is left is nvrx's own text."""
     r, v = row.record, row.verdict
     e = r.experiment
     badge = {"scored": "pass" if passes_all(v, dimensions) else "fail"}.get(v.status, v.status)
-    state = _escaped(f"{r.state or r.status}{' exit ' + r.exit if r.exit else ''}", 120)
+    job = ""
+    if not bare:
+        state = escape_within(f"{r.state or r.status}{' exit ' + r.exit if r.exit else ''}", 120)
+        job = f" job {escape_within(r.job_id or '–', 60)} {state}"
     parts = [
-        f"<details id='{_escaped(row.case.id, 300)}'><summary><span class='badge {badge}'>"
-        f"{_e(badge)}</span> <code>{_e(e.entry)}</code> job {_escaped(r.job_id or '–', 60)} "
-        f"{state}</summary>"
+        f"<details id='{escape_within(row.case.id, 300)}'><summary><span class='badge {badge}'>"
+        f"{_e(badge)}</span> <code>{_e(e.entry)}</code>{job}</summary>"
     ]
     if ev.shown:
         dims = "".join(verdict_cell(v, d) for d in DIMENSIONS)
@@ -347,28 +346,29 @@ def _experiment(row: Row, ev: Evidence, dimensions: Sequence[str]) -> str:
         status = "" if v.status == "scored" else f"{_e(v.status)}: "
         parts.append(f"<p class='dim'>{status}{marks}</p>")
     if row.case.changed:
+        which = "" if bare else f": {escape_within(', '.join(row.case.changed), 200)}"
         parts.append(
-            "<p class='changed'>⚠ Changed after it was judged: "
-            f"{_escaped(', '.join(row.case.changed), 200)} (the verdict shown is the one judged "
-            "before).</p>"
+            f"<p class='changed'>⚠ Changed after it was judged{which} (the verdict shown is the "
+            "one judged before).</p>"
         )
     chars = NOTES_CHARS if ev.shown else BRIEF_NOTES_CHARS
-    why = _escaped(_cut(v.notes or v.reason or "", chars, keep="head"), _section_bytes(chars))
-    if why:
-        parts.append(f"<p><b>Judge ({_escaped(v.judge, 60)}):</b> {why}</p>")
+    why = escape_within(_cut(v.notes or v.reason or "", chars, keep="head"), _section_bytes(chars))
+    if why and not bare:
+        parts.append(f"<p><b>Judge ({escape_within(v.judge, 60)}):</b> {why}</p>")
     if ev.attribution:
-        text = _escaped(ev.attribution, _section_bytes(TABLE_CHARS))
+        text = escape_within(ev.attribution, _section_bytes(TABLE_CHARS))
         parts.append(f"<h4>Log attribution</h4><pre>{text}</pre>")
     if ev.excerpt:
-        text = _escaped(ev.excerpt, _section_bytes(EXCERPT_CHARS), keep="tail")
+        text = escape_within(ev.excerpt, _section_bytes(EXCERPT_CHARS), keep="tail")
         parts.append(f"<h4>Blinded log excerpt (what the judge saw)</h4><pre>{text}</pre>")
     if ev.fr_table:
-        text = _escaped(ev.fr_table, _section_bytes(TABLE_CHARS))
+        text = escape_within(ev.fr_table, _section_bytes(TABLE_CHARS))
         parts.append(f"<h4>Flight recorder: missing ranks</h4><pre>{text}</pre>")
     if ev.files:
         # The section names its experiment: a link says the file's name.
         links = " · ".join(
-            f"<a href='{_escaped(f, 300)}'>{_escaped(Path(f).name, 60)}</a>" for f in ev.files
+            f"<a href='{escape_within(f, 300)}'>{escape_within(Path(f).name, 60)}</a>"
+            for f in ev.files
         )
         lead = "" if ev.shown else "Evidence not on this page: "
         parts.append(f"<p class='files'>{lead}{links}</p>")
@@ -378,30 +378,53 @@ def _experiment(row: Row, ev: Evidence, dimensions: Sequence[str]) -> str:
 
 def _sections(
     rows: Sequence[Row], evidences: Sequence[Evidence], dimensions: Sequence[str]
-) -> tuple[list[str], int]:
-    """Every experiment's section, in order, and how many show their evidence; once those have
-    taken EVIDENCE_BYTES, the rest are brief (the page's size is bounded, whatever the
-    evidence)."""
-    out, spent, shown = [], 0, 0
-    for row, ev in zip(rows, evidences, strict=True):
-        if ev.shown and spent >= EVIDENCE_BYTES:
-            ev = replace(ev, excerpt="", attribution="", fr_table="", shown=False)
+) -> tuple[list[str], int, int]:
+    """Every experiment's section, in order, how many show their evidence and how many are
+    bare. Once the evidence has taken EVIDENCE_BYTES, the rest are brief; a section that would
+    leave too little of SECTIONS_BYTES for the bare sections after it is bare itself. So the
+    sections take SECTIONS_BYTES at most, whatever the journal and the evidence hold (as long
+    as the bare ones fit: 10,000 take about 5 MB), and the first keep the most."""
+    brief = [replace(ev, excerpt="", attribution="", fr_table="", shown=False) for ev in evidences]
+    bare = [
+        _experiment(row, ev, dimensions, bare=True) for row, ev in zip(rows, brief, strict=True)
+    ]
+    # What the bare sections from each position to the end take: room kept for them.
+    after = [0] * (len(rows) + 1)
+    for i in range(len(rows) - 1, -1, -1):
+        after[i] = after[i + 1] + len(bare[i].encode())
+    out: list[str] = []
+    spent = evidence_spent = shown = bared = 0
+    for i, (row, ev) in enumerate(zip(rows, evidences, strict=True)):
+        if ev.shown and evidence_spent >= EVIDENCE_BYTES:
+            ev = brief[i]
         section = _experiment(row, ev, dimensions)
+        size = len(section.encode())
+        if spent + size + after[i + 1] > SECTIONS_BYTES:
+            ev, section, size = brief[i], bare[i], after[i] - after[i + 1]
+            bared += 1
         if ev.shown:
-            spent += len(section)
+            evidence_spent += size
             shown += 1
+        spent += size
         out.append(section)
-    return out, shown
+    return out, shown, bared
 
 
-def _evidence_note(sections: int, shown: int) -> str:
-    if shown == sections:
-        return ""
-    return (
-        f"<p class='legend'>{sections} experiments: the evidence itself is shown for "
-        f"{shown} of them, those that do not pass first (at most "
-        f"{EVIDENCE_SECTIONS}); every other section links to its files.</p>"
-    )
+def _evidence_note(sections: int, shown: int, bare: int) -> str:
+    note = ""
+    if shown != sections:
+        note = (
+            f"<p class='legend'>{sections} experiments: the evidence itself is shown for "
+            f"{shown} of them, those that do not pass first (at most "
+            f"{EVIDENCE_SECTIONS}); every other section links to its files.</p>"
+        )
+    if bare:
+        note += (
+            f"<p class='legend'>Past the page's budget, {bare} sections leave out the job, its "
+            "state and the judge's note: <code>experiments_report.md</code> and "
+            "<code>report.json</code> have them.</p>"
+        )
+    return note
 
 
 _CSS = """
@@ -425,7 +448,7 @@ def page(
     """The whole page, a pure function of its inputs (the same journal gives the same page).
     `evidences` holds one per row (`shown` False past the page's budget: `with_evidence`)."""
     scored = [r for r in rows if r.verdict.status == "scored"]
-    sections, shown = _sections(rows, evidences, dimensions)
+    sections, shown, bare = _sections(rows, evidences, dimensions)
 
     def rate(d: str) -> float | None:
         return sum(r.verdict.passed(d) for r in scored) / len(scored) if scored else None
@@ -444,7 +467,7 @@ def page(
         _trend(changes, only_old, only_new),
         "<h2>Experiments</h2>",
         LEGEND,
-        _evidence_note(len(sections), shown),
+        _evidence_note(len(sections), shown, bare),
         *sections,
     ]
     return document(f"nvrx report {session_dir.name}", "".join(body), VERDICT_CSS + _CSS)

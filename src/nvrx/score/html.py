@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from nvrx.htmlpage import document, escape
+from nvrx.htmlpage import document, escape, escape_within
 from nvrx.score.model import DIMENSIONS, Case, Verdict
 from nvrx.score.report import Summary, percent
 
@@ -35,9 +35,15 @@ text-align:left;vertical-align:top;font-size:13px;overflow-wrap:anywhere}
 """
 
 
+# A dimension's value, as a verdict (a journal) holds it, in bytes once escaped: every value a
+# judge gives is 8 characters at most (`no_dumps`, `partial`), so any of them fits, and a value
+# that is text of some other kind is cut to its head rather than filling the page.
+VALUE_BYTES = 48
+
+
 def verdict_cell(verdict: Verdict, dimension: str) -> str:
     """One `<td>`: its class (the colour) and a glyph with the value (the same without it)."""
-    value = escape(getattr(verdict, dimension) or "")
+    value = escape_within(getattr(verdict, dimension) or "", VALUE_BYTES)
     if verdict.status == "unscored":
         return "<td class='na'>? unscored</td>"
     if verdict.status != "scored":
