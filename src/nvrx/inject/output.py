@@ -16,6 +16,7 @@ from rich.text import Text
 from nvrx.campaign.pool import Experiment
 from nvrx.campaign.session import Record, SessionState
 from nvrx.config import STOP_DIMENSIONS
+from nvrx.display import printable
 from nvrx.inject.analyst import ExperimentAnalysis
 from nvrx.score.model import DIMENSIONS, PASS_VALUE
 
@@ -64,7 +65,8 @@ class LineReporter:
         self.last_wait: tuple[int, int, int] | None = None
 
     def say(self, text: str) -> None:
-        self.out.print(text, markup=False, highlight=False)
+        # Job ids, states, exits and reasons come from Slurm and the journal: printable.
+        self.out.print(printable(text), markup=False, highlight=False)
 
     def submitted(self, record: Record, done: int, total: int) -> None:
         e = record.experiment
@@ -161,7 +163,7 @@ def progress_view(
         parts.append(f"ETA {_clock(elapsed / done * (len(state.records) - done))}")
     parts.append(f"elapsed {_clock(elapsed)}")
     table = Table(header_style="bold", box=None, pad_edge=False)
-    table.title = " · ".join(parts) + (f"  [{blind}]" if blind else "")
+    table.title = " · ".join(parts) + (f"  [{printable(blind)}]" if blind else "")
     for column in ("#", "experiment", "job", "status", "state", "time", "exit", "score"):
         table.add_column(column)
     live = state.by_status("submitting") + state.by_status("submitted")
@@ -171,14 +173,14 @@ def progress_view(
         table.add_row(
             str(r.index + 1),
             r.experiment.entry,
-            r.job_id or "-",
+            printable(r.job_id or "-"),
             r.status,
             Text(
-                r.state or ("in Slurm" if r.status == "submitted" else "-"),
+                printable(r.state or ("in Slurm" if r.status == "submitted" else "-")),
                 style=_STATE_STYLE.get(r.state or "", ""),
             ),
             _clock(since) if since is not None and r.status != "ended" else "-",
-            r.exit or "-",
+            printable(r.exit or "-"),
             _score(r),
         )
     hidden = len(state.records) - len(live) - len(ended)
@@ -217,7 +219,7 @@ class LiveReporter(LineReporter):
         self.live.update(self._render())
 
     def note(self, text: str) -> None:
-        self.live.console.print(Text(f"note: {text}", style="dim"))
+        self.live.console.print(Text(printable(f"note: {text}"), style="dim"))
 
     def close(self) -> None:
         self.live.stop()
@@ -242,8 +244,7 @@ def summary_json(
 
 def print_summary(out: Console, summary: dict[str, Any]) -> None:
     states = ", ".join(f"{k} {v}" for k, v in sorted(summary["states"].items()))
-    out.print(
-        Text(f"session {summary['session']}: {summary['experiments']} experiment(s): {states}")
-    )
+    line = f"session {summary['session']}: {summary['experiments']} experiment(s): {states}"
+    out.print(Text(printable(line)))
     if summary["resume"]:
-        out.print(Text(f"resume with: {summary['resume']}", style="bold"))
+        out.print(Text(printable(f"resume with: {summary['resume']}"), style="bold"))

@@ -25,6 +25,7 @@ def report_command(
     rebuilt from the journal before the report prints."""
     from rich.text import Text
 
+    from nvrx.display import printable
     from nvrx.inject import report
     from nvrx.inject import rows as report_rows
     from nvrx.inject.command import open_session
@@ -57,9 +58,8 @@ def report_command(
             for c in changes:
                 word = "improved" if c.improved else "regressed"
                 style = "green" if c.improved else "bold red"
-                stdout().print(
-                    Text(f"{word:9} {c.entry} {c.dimension}: {c.before} -> {c.after}", style=style)
-                )
+                line = f"{word:9} {c.entry} {c.dimension}: {c.before} -> {c.after}"
+                stdout().print(Text(printable(line), style=style))
             for entry in only_old:
                 stdout().print(Text(f"only in old: {entry}", style="dim"))
             for entry in only_new:

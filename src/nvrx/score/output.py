@@ -24,7 +24,9 @@ SHORT_NAMES = {
 def _value(verdict: Verdict, dimension: str) -> Text:
     if verdict.status == "unscored":
         return Text("unscored", style="bold red")
-    value = getattr(verdict, dimension) or ""
+    # A journalled verdict's dimension may hold any text (`nvrx report` shows what the journal
+    # says): printable, like its notes.
+    value = printable(getattr(verdict, dimension) or "")
     if verdict.status == "invalid":
         return Text(value, style="dim")
     return Text(value, style="green" if value == PASS_VALUE[dimension] else "yellow")
@@ -78,7 +80,7 @@ def render(
     session = sessions.pop() if len(sessions) == 1 else ""
     names = [c.id.removeprefix(f"{session}/") if session else c.id for c in cases]
     if session:
-        out.print(Text(f"session {session}", style="bold"))
+        out.print(Text(printable(f"session {session}"), style="bold"))
     table = Table(header_style="bold", box=None, pad_edge=False)
     widest = {"case": max(map(len, names), default=4),
               "fault": max((len(c.truth.fault.value) for c in cases), default=5)}  # fmt: skip
@@ -111,8 +113,10 @@ def render(
     rates = ", ".join(f"{SHORT_NAMES[d]} {percent(r)}" for d, r in summary.rates.items())
     out.print(
         Text(
-            f"{judge}: {summary.cases} case(s), {summary.scored} scored, {summary.invalid} "
-            f"invalid, {summary.unscored} unscored; pass rates: {rates}"
+            printable(
+                f"{judge}: {summary.cases} case(s), {summary.scored} scored, {summary.invalid} "
+                f"invalid, {summary.unscored} unscored; pass rates: {rates}"
+            )
         )
     )
     if summary.agreement is not None:
