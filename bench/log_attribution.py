@@ -3,9 +3,12 @@ format), and its cost on a large generated log against a baseline measured in th
 (streaming the same file in blocks of lines and counting them, which any analyser must do; and a
 plain case-insensitive regex scan of it for `error`, what a grep-like tool costs).
 
-    .venv/bin/python bench/log_attribution.py [--mb 1024]
+    .venv/bin/python bench/log_attribution.py [--mb 1024] [--cycles 1000]
 
 The cost is measured in a child process per figure, so each peak memory (ru_maxrss) is its own.
+Then a log of `--cycles` restart cycles of a 131,072-task job (each ends with srun naming every
+task in one line) against one cycle of it: its time, peak memory and `--json` size, which the
+task-id cap (per log) and the rank lists (128 named) keep near one cycle's.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ start = time.perf_counter()
 if mode == "analyse":
     from nvrx.analyze.command import attribute_file
     decision = attribute_file(Path(path)).decision
+elif mode == "json":
+    from nvrx.analyze.command import attribute_file
+    decision = str(len(json.dumps(attribute_file(Path(path)).to_json())))
 elif mode == "regex":
     import re
     from nvrx.files import read_line_blocks
@@ -146,12 +152,39 @@ def cost(megabytes: int) -> None:
     print(f"  decision: {run['decision']}")
 
 
+def cycles_log(path: Path, cycles: int, tasks: int = 1 << 17) -> None:
+    with path.open("w") as out:
+        for c in range(cycles):
+            out.write(f"[ft_launcher] Cycle: {c} Event: rendezvous Node: n1 Rank: 0\n")
+            out.write("0: iteration 5 / 100\n0: Fatal Python error: Segmentation fault\n")
+            out.write("srun: error: n1: task 0: Segmentation fault (core dumped)\n")
+            out.write(f"srun: error: n2: tasks 1-{tasks - 1}: Exited with exit code 1\n")
+
+
+def many_cycles(cycles: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        one, many = Path(tmp) / "one.log", Path(tmp) / "many.log"
+        cycles_log(one, 1)
+        cycles_log(many, cycles)
+        base, run = measure("json", one), measure("json", many)
+        size = many.stat().st_size
+    print(f"{cycles} cycles of a 131,072-task job ({size / 1e3:.0f} kB):")
+    for name, doc in (("1 cycle (baseline)", base), (f"{cycles} cycles", run)):
+        print(f"  {name:24} {float(doc['seconds']):7.2f} s  peak {float(doc['peak_mb']):5.0f} MB"
+              f"  --json {int(doc['decision']) / 1e3:8.1f} kB")  # fmt: skip
+    ratio = float(run["seconds"]) / float(base["seconds"])
+    memory = float(run["peak_mb"]) / float(base["peak_mb"])
+    print(f"  ratio: {ratio:.2f}x one cycle's time, {memory:.2f}x its peak memory")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=1024, help="size of the generated log (MB)")
+    parser.add_argument("--cycles", type=int, default=1000, help="cycles of the wide-job log")
     args = parser.parse_args()
     accuracy()
     cost(args.mb)
+    many_cycles(args.cycles)
 
 
 if __name__ == "__main__":
