@@ -5,6 +5,12 @@ Reading: one bounded reader, `read_bounded`, for every file or text input of eve
 An input may be anything a user can name: a 50 GB log, `/dev/zero`, a FIFO, a symlink to
 either. None of them may take a login node's memory or hang a pass, so a read stops one byte
 past its cap and says which file was too large and which setting raises the cap.
+
+Writing: `write_atomic` for nvrx's own files, `write_output` for a file the user named (a
+stream is written, never renamed over), and `refuse_overwriting` before either of the latter.
+
+One module because the reader and the writers share what this process has read: an output
+may not replace any file a reader opened, whichever command it serves.
 """
 
 from __future__ import annotations
@@ -48,6 +54,34 @@ class InputTooLarge(InputError):
 
 
 _allowed_roots: tuple[str, ...] = ()
+
+# Every regular file this process has read (device, inode → the path it was read by and its
+# ctime): one process runs one command, and no output it is asked for may replace any of them,
+# whichever reader read it (the config and env files, a pool, the previous session's journal).
+# The ctime tells a file from a later one that was given its inode number after it was deleted.
+# The watcher's cycle, cache and state files are not kept: it checks them by name (a pass reads
+# 100,000, and a loop of passes must not grow this).
+_read: dict[tuple[int, int], tuple[str, int]] = {}
+
+
+def _saw(path: Path | str, st: os.stat_result) -> None:
+    if stat.S_ISREG(st.st_mode):
+        _read[(st.st_dev, st.st_ino)] = (os.path.realpath(path), st.st_ctime_ns)
+
+
+def read_by_this_command(path: Path | str) -> str | None:
+    """The file `path` names (links followed) when this process has read it: the path it was
+    read by; None otherwise."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    seen = _read.get((st.st_dev, st.st_ino))
+    if seen is None:
+        return None
+    where, ctime = seen
+    # The same file: unchanged since, or changed but still at the path it was read by.
+    return where if ctime == st.st_ctime_ns or where == os.path.realpath(path) else None
 
 
 def set_allowed_roots(roots: tuple[str, ...]) -> None:
@@ -98,6 +132,7 @@ def read_bounded(
     regular_only: bool = False,
     setting: str | None = LIMIT_SETTING,
     deadline: float | None = None,
+    remember: bool = True,
 ) -> tuple[bytes, os.stat_result]:
     """At most `limit` bytes of `path` (default: `limits.max_input_bytes`), and the fstat of the
     inode actually read (a file may be replaced between listing and opening it).
@@ -106,10 +141,13 @@ def read_bounded(
     `setting` that raises it. A FIFO never hangs the open; a character device such as
     `/dev/zero` is read like a file, so it ends at the cap. With `follow_symlinks=False` a
     symlink is refused (`InputError` whose `errno` is ELOOP); with `regular_only`, anything but
-    a regular file is.
+    a regular file is. `remember=False`: not kept among the files this command read (the
+    watcher's cycle files, which it protects by their globs).
     """
     cap = _input_limit if limit is None else limit
     fd, st = _open(path, what, follow_symlinks=follow_symlinks, regular_only=regular_only)
+    if remember:
+        _saw(path, st)
     regular = stat.S_ISREG(st.st_mode)
     # A FIFO or a terminal is read against the clock, without blocking: its writer may drip
     # for ever (a FIFO with no writer reads as ended at once).
@@ -174,6 +212,7 @@ def read_line_blocks(
     `limits.max_input_bytes`) with InputTooLarge, as in `read_bounded`.
     """
     fd, st = _open(path, what, follow_symlinks=True, regular_only=False)
+    _saw(path, st)
     cap = None if stat.S_ISREG(st.st_mode) else (_input_limit if limit is None else limit)
     try:
         total = 0
@@ -275,6 +314,7 @@ def read_tail(path: Path | str, what: str, limit: int) -> str:
     """The last `limit` bytes of a text input at most, from the start of a line: what a page
     shows of a log of any size (where it failed). InputError when it cannot be read."""
     fd, st = _open(path, what, follow_symlinks=True, regular_only=True)
+    _saw(path, st)
     try:
         start = max(0, st.st_size - limit)
         os.lseek(fd, start, os.SEEK_SET)
@@ -336,11 +376,14 @@ def open_append(path: Path | str, what: str, *, read: bool = False) -> int:
                 "refusing to write to it; move it away",
             ) from None  # fmt: skip
         raise InputError(f"the {what}", path, f"cannot be written: {exc.strerror}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise InputError(
             f"the {what}", path, "is not a regular file: refusing to write to it; move it away"
         )
+    if read:
+        _saw(path, st)
     os.set_blocking(fd, True)
     return fd
 
@@ -381,8 +424,9 @@ def write_atomic(path: Path, text: str, *, mode: int | None = None, durable: boo
 
 def refuse_overwriting(output: Path, inputs: list[Path], what: str) -> None:
     """An output must never replace one of the command's inputs (a `--junit` pointed at the
-    journal it scores): InputError when `output` is one of `inputs` (the same file, by path or
-    by inode), or lies inside an input that is a directory."""
+    journal it scores, or at the `--config` file it read): InputError when `output` is one of
+    `inputs` or of the files this command read (the same file, by path or by inode), or lies
+    inside an input that is a directory."""
     out = Path(os.path.realpath(output))
     for source in inputs:
         real = Path(os.path.realpath(source))
@@ -391,3 +435,79 @@ def refuse_overwriting(output: Path, inputs: list[Path], what: str) -> None:
             inside = inside or (out.exists() and os.path.samefile(out, real))
         if inside:
             raise InputError(what, output, f"refusing to write over an input ({source})")
+    if (read := read_by_this_command(output)) is not None:
+        raise InputError(
+            what, output, f"refusing to write over an input ({read}, read by this command)"
+        )
+
+
+# Names that stand for a descriptor this process already holds: written through it, so the
+# text lands where the shell sent that stream (a rename would replace the name itself, and a
+# fresh open of /proc/self/fd/1 would start writing at the file's first byte).
+_STREAM_NAMES = {"/dev/stdout": 1, "/dev/stderr": 2}
+_FD_PREFIXES = ("/dev/fd/", "/proc/self/fd/")
+
+
+def _descriptor(path: Path) -> int | None:
+    text = os.path.abspath(path)
+    if text in _STREAM_NAMES:
+        return _STREAM_NAMES[text]
+    for prefix in _FD_PREFIXES:
+        number = text.removeprefix(prefix)
+        if number != text and number.isascii() and number.isdigit() and len(number) < 8:
+            return int(number)
+    return None
+
+
+def write_output(path: Path, text: str, what: str) -> None:
+    """A file the user named for an output (`--junit`, `--html`, `--markdown`): a regular file
+    (or a new one) is replaced atomically (`write_atomic`); a stream is written, never renamed
+    over: `/dev/stdout`, `/dev/stderr` and `/dev/fd/N` through the descriptor this process
+    holds, a FIFO or a device (`/dev/null`, a terminal) opened as it is, without creating or
+    truncating anything. A FIFO that nobody reads is refused at once (InputError), never waited
+    for; so are a directory and a link of the system's (under /dev or /proc)."""
+    fd = _descriptor(path)
+    if fd is not None:
+        _write_all(fd, text, what, path)
+        return
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise _os_error(what, path, exc) from None
+    special = st is not None and not stat.S_ISREG(st.st_mode)
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise InputError(what, path, "is a directory")
+    if not special:
+        system = any(_under(os.path.abspath(path), d) for d in ("/dev", "/proc"))
+        if system and os.path.islink(path):  # /dev/core, /dev/fd: the system's, not a report
+            raise InputError(what, path, "a link of the system's: refusing to replace it")
+        write_atomic(path, text)
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise InputError(what, path, "a FIFO that nobody reads: nothing written") from None
+        raise _os_error(what, path, exc) from None
+    try:
+        os.set_blocking(fd, True)
+        _write_all(fd, text, what, path)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, text: str, what: str, path: Path) -> None:
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):  # what was printed before comes first
+        with contextlib.suppress(Exception):
+            stream.flush()
+    data = text.encode("utf-8")
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError as exc:
+        raise _os_error(what, path, exc) from None

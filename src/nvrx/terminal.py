@@ -78,13 +78,13 @@ def write_outputs(
     (none over one of the command's `inputs`: bad input, exit 2), then each replaced
     atomically and, with `announce`, named on stderr; a write that fails is exit 1 naming it
     (docs/output-contract.md, "Files")."""
-    from nvrx.files import refuse_overwriting, write_atomic
+    from nvrx.files import refuse_overwriting, write_output
 
     for path, what, _ in outputs:
         refuse_overwriting(path, list(inputs), what)
     for path, what, render in outputs:
         try:
-            write_atomic(path, render())
+            write_output(path, render(), what)
         except OSError as exc:
             raise CommandError(f"cannot write {what} {path}: {exc.strerror}", 1) from None
         if announce:

@@ -8,8 +8,17 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
+
 from ..conftest import SCORE_DEMO
-from .harness import Result, assert_no_traceback, run_nvrx, tree_state
+from .harness import (
+    Result,
+    assert_bad_input,
+    assert_no_traceback,
+    assert_unchanged,
+    run_nvrx,
+    tree_state,
+)
 from .inputs import session_with_two
 
 WALL = 20.0
@@ -282,3 +291,20 @@ def test_a_checkpoint_file_linked_out_of_the_work_dir_is_refused_unless_its_root
         cwd=home, wall=WALL,
     )  # fmt: skip
     assert json.loads(allowed.stdout)["snapshot"]["checkpoint"]["value"] == 400, allowed.describe()
+
+
+@pytest.mark.parametrize("roots", ["['']", "['  ']", "[scratch]", "['/']", "['/tmp/..']"])
+def test_an_allowed_root_must_name_a_directory_not_where_the_command_runs(
+    tmp_path: Path, home: Path, roots: str
+) -> None:
+    # '' resolved to the working directory: run from $HOME, report.html copied in a file of
+    # the home directory that a session's link led to.
+    session = session_with_two(tmp_path / "runs")
+    config = tmp_path / "nvrx.yaml"
+    config.write_text(f"limits:\n  allowed_roots: {roots}\n")
+    before = tree_state(session)
+    proc = run_nvrx(
+        "report", str(session), "--html", cwd=home, env={"NVRX_CONFIG": str(config)}, wall=20
+    )
+    assert_bad_input(proc, "limits.allowed_roots")
+    assert_unchanged(before, session)

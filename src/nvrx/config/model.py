@@ -10,6 +10,7 @@ docs are walked from this one class tree, and a setting is found by reading one 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -394,6 +395,19 @@ class LimitsSettings(_Section):
         description="directories that symlinks in a session, chain work dir or pools folder "
         "may lead into (a checkpoint dir on scratch); anything else out of the dir is refused",
     )
+
+    @field_validator("allowed_roots")
+    @classmethod
+    def _roots_are_absolute(cls, value: list[str]) -> list[str]:
+        # A root is resolved where the command runs: '' or 'scratch' would admit the current
+        # directory (run from $HOME, a page copies in a file of the home directory), '/' all.
+        for root in value:
+            expanded = os.path.expanduser(root.strip())
+            if not os.path.isabs(expanded):
+                raise ValueError(f"{root!r} is not an absolute directory (nor ~/...)")
+            if os.path.realpath(expanded) == "/":
+                raise ValueError(f"{root!r} admits every file: name the directories themselves")
+        return value
 
 
 class NvrxConfig(BaseModel):

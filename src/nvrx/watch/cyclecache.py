@@ -264,7 +264,7 @@ class CycleCache:
             # nvrx's own regular file: never through a link, never blocking on a FIFO.
             raw, _ = read_bounded(
                 self.path, "cycle cache", limit=_CACHE_MAX_BYTES, follow_symlinks=False,
-                regular_only=True, setting=None,
+                regular_only=True, setting=None, remember=False,
             )  # fmt: skip
         except InputTooLarge:
             self.load_error = "cache too large; starting empty"

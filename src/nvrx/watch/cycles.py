@@ -137,7 +137,13 @@ def _read_capped(path: str, cap: int) -> tuple[bytes, os.stat_result]:
     between listing and opening)."""
     try:
         return read_bounded(
-            path, "cycle file", limit=cap, follow_symlinks=False, regular_only=True, setting=None
+            path,
+            "cycle file",
+            limit=cap,
+            follow_symlinks=False,
+            regular_only=True,
+            setting=None,
+            remember=False,
         )
     except InputTooLarge as exc:
         if exc.size is not None:

@@ -5,9 +5,11 @@ pass that has a URL to call."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
+import stat
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -249,5 +251,14 @@ def _chain_metrics(
 
 
 def write_textfile(path: Path, text: str) -> None:
-    """Atomic, as node_exporter's textfile collector requires."""
+    """Atomic, as node_exporter's textfile collector requires: so a regular file, or none yet.
+    A FIFO, a device or a link of the system's there is refused (OSError), never renamed over:
+    node_exporter would not read it, and its reader would wait for ever."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    system = any(os.path.abspath(path).startswith(d) for d in ("/dev/", "/proc/"))
+    if system or (st is not None and not stat.S_ISREG(st.st_mode)):
+        raise OSError(errno.EINVAL, f"{path} is not a regular file: refusing to replace it")
     write_atomic(path, text, mode=0o644)

@@ -228,7 +228,7 @@ class WatchState:
 
 def load_state(path: Path) -> WatchState:
     try:
-        data = json.loads(read_bounded(path, "state file", limit=16 << 20)[0])
+        data = json.loads(read_bounded(path, "state file", limit=16 << 20, remember=False)[0])
     except InputError as exc:
         if getattr(exc, "errno", None) == errno.ENOENT:
             return WatchState()
