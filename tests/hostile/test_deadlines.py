@@ -115,3 +115,29 @@ def test_a_key_file_that_drips_fails_within_its_deadline(
     assert proc.code == 1, proc.describe()
     assert "sink failed: pagerduty: PagerDuty key file" in proc.stdout, proc.describe()
     assert "did not end within 1 s" in proc.stdout, proc.describe()
+
+
+@pytest.mark.parametrize("fleet", [False, True], ids=["one-chain", "fleet"])
+def test_every_sink_of_a_pass_together_keeps_one_deadline(
+    tmp_path: Path, home: Path, dripper: Dripper, fleet: bool
+) -> None:
+    # Each exchange kept its own deadline, but a pass makes one per finding and sink: with a
+    # webhook and PagerDuty that drip, four findings held a pass for eight deadlines.
+    work = storm_chain(tmp_path)
+    where = (
+        ["--fleet", str(work), str(work.parent / "stalled")] if fleet else ["--work-dir", str(work)]
+    )
+    settings = [
+        f"watch.webhook_url={dripper.url}", f"watch.pd_url={dripper.url}",
+        "watch.pd_routing_key=R0123456789abcdef0123456789abcdef",
+        f"watch.http_timeout={TIMEOUT}", f"watch.sinks_timeout={TIMEOUT}",
+    ]  # fmt: skip
+    started = time.monotonic()
+    proc = run_nvrx(
+        "watch", "--platform", "none", *where, "--state-dir", str(tmp_path / "s"),
+        *(a for s in settings for a in ("--set", s)), cwd=home, wall=WALL,
+    )  # fmt: skip
+    took = time.monotonic() - started
+    assert dripper.connections, "the sinks were never called"
+    assert took < 2 * TIMEOUT + 0.5, proc.describe()  # one deadline, not one per exchange
+    assert "watch.sinks_timeout" in proc.output, proc.describe()  # what was not sent, and why

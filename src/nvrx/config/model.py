@@ -221,6 +221,11 @@ class WatchSettings(_Section):
     )
     heartbeat_url: OptionalUrl = Field(None, description="GET after every non-degraded pass")
     http_timeout: PositiveSeconds = Field(20.0, description="sink and heartbeat timeout (s)")
+    sinks_timeout: PositiveSeconds = Field(
+        30.0,
+        description="every webhook, PagerDuty and heartbeat exchange of a pass together, a "
+        "fleet pass's of all its chains (s)",
+    )
     prom_file: OptionalPath = Field(None, description="Prometheus textfile to write")
     interval: OptionalInt = Field(
         None, ge=1, le=int(MAX_SECONDS), description="loop every N s (None: one pass)"

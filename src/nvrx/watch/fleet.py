@@ -24,7 +24,7 @@ from nvrx.watch.detectors.fleet import failed_cycles, run_fleet_detectors
 from nvrx.watch.model import ACTION_REFUSED, Finding, Platform, Severity
 from nvrx.watch.observe import observe_platforms
 from nvrx.watch.resolve import Overrides, Target, WatchError, refuse_input, resolve
-from nvrx.watch.sinks import ChainMetrics, prometheus_text, write_textfile
+from nvrx.watch.sinks import ChainMetrics, SinkBudget, prometheus_text, write_textfile
 from nvrx.watch.watcher import EXIT_CRITICAL, EXIT_DEGRADED, PassResult, Watcher
 
 # A fleet is a team's chains, not a file system: past these a PATH is a mistake.
@@ -158,13 +158,14 @@ class Fleet:
                 observed = asked.result()
             platforms = {id(w): p for w, p in zip(watched, observed, strict=True)}
         chains: list[ChainPass] = []
+        budget = SinkBudget(self.settings.sinks_timeout)  # one for every chain's sinks
         for m in self.members:
             label, work, watcher = m.label, m.work_dir, m.watcher
             if watcher is None:
                 chains.append(ChainPass(label, work, error=m.error))
                 continue
             try:
-                result = watcher.run_pass(now, platforms.get(id(watcher)))
+                result = watcher.run_pass(now, platforms.get(id(watcher)), budget)
             except OSError as exc:
                 chains.append(ChainPass(label, work, error=f"pass failed: {exc}"))
                 continue

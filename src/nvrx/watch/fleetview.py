@@ -172,5 +172,7 @@ def fleet_lines(fleet: FleetResult, settings: WatchSettings) -> list[Line]:
             )  # fmt: skip
         for action in c.result.actions if c.result else ():
             lines.append([(printable(f"{c.label}: {action}"), "bold")])
+        for error in c.result.sink_errors if c.result else ():
+            lines.append([(printable(f"{c.label}: sink failed: {error}"), "yellow")])
     lines += [[(printable(f"note: {n}"), "dim")] for n in fleet.notes]
     return lines

@@ -7,7 +7,7 @@ import asyncio
 
 import httpx
 
-from nvrx.watch.sinks import SinkError
+from nvrx.watch.sinks import SinkBudget, SinkError
 
 # What a sink's answer may be, at most: nobody reads it, and a server that streams without end
 # (or drips a byte at a time, under httpx's per-read timeout) must not hold the pass.
@@ -58,20 +58,25 @@ def _problem(exc: Exception) -> str:
 
 class HttpSinks:
     """A watcher's sinks' calls, each a fresh exchange within the total deadline (a pass makes
-    a handful: no connection is worth keeping); every failure is a SinkError."""
+    a handful: no connection is worth keeping), and all of a pass's within its `SinkBudget`;
+    every failure is a SinkError."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, budget: SinkBudget | None = None) -> None:
         self.timeout = timeout
+        self.budget = budget
+
+    def _seconds(self) -> float:
+        return self.timeout if self.budget is None else self.budget.seconds(self.timeout)
 
     def post(self, url: str, payload: dict[str, object]) -> None:
         try:
-            _call(self.timeout, "POST", url, payload)
+            _call(self._seconds(), "POST", url, payload)
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise SinkError(_problem(exc)) from None
 
     def get(self, url: str) -> None:
         """A heartbeat ping."""
         try:
-            _call(self.timeout, "GET", url)
+            _call(self._seconds(), "GET", url)
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise SinkError(_problem(exc)) from None

@@ -10,6 +10,7 @@ import hashlib
 import logging
 import os
 import stat
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,32 @@ class _OneLineFormatter(logging.Formatter):
 class SinkError(Exception):
     """A webhook, PagerDuty or heartbeat call that failed; the message never holds the URL
     (webhook and heartbeat URLs carry tokens)."""
+
+
+class SinkBudget:
+    """The time a pass (a fleet pass: all its chains) may spend calling out, every exchange
+    together: each exchange has `watch.http_timeout`, but a pass with twenty findings and a
+    webhook that drips its answer would otherwise take twenty of them. Started at the first
+    exchange; what it cannot send is a sink error, retried by the next pass."""
+
+    def __init__(self, total: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.total = total
+        self.clock = clock
+        self.until: float | None = None
+
+    def seconds(self, timeout: float) -> float:
+        """How long the next exchange may take (at most `timeout`); SinkError when none is
+        left."""
+        now = self.clock()
+        if self.until is None:
+            self.until = now + self.total
+        left = self.until - now
+        if left <= 0:
+            raise SinkError(
+                f"not sent: this pass's {self.total:g} s for every sink together "
+                "(watch.sinks_timeout) are spent; the next pass retries"
+            )
+        return min(timeout, left)
 
 
 def quiet_logger() -> logging.Logger:

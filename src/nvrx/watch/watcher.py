@@ -51,6 +51,7 @@ from nvrx.watch.sinks import (
     PAGERDUTY,
     WEBHOOK,
     ChainMetrics,
+    SinkBudget,
     SinkError,
     file_logger,
     log_findings,
@@ -128,6 +129,8 @@ class Watcher:
     _ahead: tuple[CycleCache, CycleRead] | None = field(default=None, repr=False)
 
     _dir: tuple[str, Path] | None = field(default=None, repr=False)
+    # The time this pass (or the fleet pass it is part of) may still spend on its sinks.
+    _budget: SinkBudget | None = field(default=None, repr=False)
     # Slurm's node list as this pass read it for a drain (or why it could not be read).
     _nodes: frozenset[str] | SlurmError | None = field(default=None, repr=False)
 
@@ -171,10 +174,16 @@ class Watcher:
         except OSError:
             self._ahead = None  # the pass reads them itself, and says what broke
 
-    def run_pass(self, now: datetime | None = None, platform: Platform | None = None) -> PassResult:
+    def run_pass(
+        self,
+        now: datetime | None = None,
+        platform: Platform | None = None,
+        budget: SinkBudget | None = None,
+    ) -> PassResult:
         """One pass; `platform` when a fleet pass already asked Slurm for every chain (and
-        refreshed the target to ask it)."""
+        refreshed the target to ask it), `budget` the fleet pass's time for all its sinks."""
         now = now or datetime.now(UTC)
+        self._budget = budget or SinkBudget(self.settings.sinks_timeout)
         if platform is None:
             self.refresh_target()
         if self.dry_run:  # reads the state if there is one; creates nothing, not even the lock
@@ -336,6 +345,7 @@ class Watcher:
             from nvrx.watch.http_sinks import HttpSinks  # httpx only for a pass that calls out
 
             self.http = HttpSinks(self.settings.http_timeout)
+        self.http.budget = self._budget
         return self.http
 
     def _sink_failed(self, result: PassResult, logger: logging.Logger, message: str) -> None:
