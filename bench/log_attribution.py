@@ -24,6 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from tests.hostile.inputs import many_cycle_log  # noqa: E402
 from tests.real_logs import DIMENSIONS, load_corpus  # noqa: E402
 
 from nvrx.analyze.logattr import attribute_log  # noqa: E402
@@ -152,20 +153,11 @@ def cost(megabytes: int) -> None:
     print(f"  decision: {run['decision']}")
 
 
-def cycles_log(path: Path, cycles: int, tasks: int = 1 << 17) -> None:
-    with path.open("w") as out:
-        for c in range(cycles):
-            out.write(f"[ft_launcher] Cycle: {c} Event: rendezvous Node: n1 Rank: 0\n")
-            out.write("0: iteration 5 / 100\n0: Fatal Python error: Segmentation fault\n")
-            out.write("srun: error: n1: task 0: Segmentation fault (core dumped)\n")
-            out.write(f"srun: error: n2: tasks 1-{tasks - 1}: Exited with exit code 1\n")
-
-
 def many_cycles(cycles: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         one, many = Path(tmp) / "one.log", Path(tmp) / "many.log"
-        cycles_log(one, 1)
-        cycles_log(many, cycles)
+        many_cycle_log(one, 1)
+        many_cycle_log(many, cycles)
         base, run = measure("json", one), measure("json", many)
         size = many.stat().st_size
     print(f"{cycles} cycles of a 131,072-task job ({size / 1e3:.0f} kB):")

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -271,12 +272,21 @@ class Poller:
         (self.dir / "squeue.out").write_text(rows)
         (self.dir / "sinfo.out").write_text(drained)
 
-    def run_pass(self, timeout: int = 2) -> subprocess.CompletedProcess[str]:
+    def run_pass(
+        self,
+        timeout: int = 2,
+        *,
+        before: str = "",
+        cap: float = 60.0,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """One drain pass of the poller functions, `before` run first in the same shell, `env`
+        added to the environment; it must end within `cap` seconds."""
         script = (
-            f'log() {{ echo "LOG $*"; }}\nsource {POLLER / "safety.sh"}\n'
-            f"source {POLLER / 'drain_poller.sh'}\ndrain_pass\n"
+            f'log() {{ echo "LOG $*"; }}\n{before}\n'
+            f"source {POLLER / 'safety.sh'}\nsource {POLLER / 'drain_poller.sh'}\ndrain_pass\n"
         )
-        env = {
+        full = {
             **os.environ,
             "PATH": f"{self.dir / 'bin'}:{os.environ['PATH']}",
             "FAKE_DIR": str(self.dir),
@@ -285,11 +295,22 @@ class Poller:
             "NVRX_DRAIN_TIMEOUT": str(timeout),
             "NVRX_DRAIN_STATES": "drain",
             "NVRX_JOB_ID": "500",
+            **(env or {}),
         }
-        return subprocess.run(
-            ["bash", "-uo", "pipefail", "-c", script],
-            env=env, capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+        argv = ["bash", "-uo", "pipefail", "-c", script]
+        with subprocess.Popen(
+            argv, env=full, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True,
+        ) as proc:  # fmt: skip
+            try:
+                out, err = proc.communicate(timeout=cap)
+            except subprocess.TimeoutExpired:
+                # (Not its output: a stand-in that ignores TERM may hold the pipe, in timeout's
+                # own process group; whoever planted it kills it.)
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                pytest.fail(f"the pass did not end within {cap:g} s")
+        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
     def marker(self, task: int) -> dict[str, str]:
         text = (self.drain / f"task_{task}.drained").read_text()

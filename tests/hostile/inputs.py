@@ -124,3 +124,15 @@ def answering_slurm(bin_dir: Path, nodes: tuple[str, ...], queue_row: str) -> di
         tool.write_text(f'#!/bin/sh\nprintf "%s\\n" "{name} $*" >> {calls}\n{answer}\n')
         tool.chmod(0o755)
     return {"NVRX_SLURM_BIN_DIR": str(bin_dir), "NVRX_SLURM_RETRY_DEADLINE": "0"}
+
+
+def many_cycle_log(path: Path, cycles: int, tasks: int = 1 << 17) -> None:
+    """`cycles` restart cycles of a `tasks`-task job (131,072: every srun range of it is at the
+    task-id cap): rank 0 segfaults in each, and srun reports every other task's exit in one
+    60-byte line."""
+    with path.open("w") as out:
+        for c in range(cycles):
+            out.write(f"[ft_launcher] Cycle: {c} Event: rendezvous Node: n1 Rank: 0\n")
+            out.write("0: iteration 5 / 100\n0: Fatal Python error: Segmentation fault\n")
+            out.write("srun: error: n1: task 0: Segmentation fault (core dumped)\n")
+            out.write(f"srun: error: n2: tasks 1-{tasks - 1}: Exited with exit code 1\n")

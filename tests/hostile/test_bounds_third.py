@@ -12,20 +12,10 @@ from pathlib import Path
 from nvrx.score.model import DIMENSIONS
 
 from .harness import assert_no_traceback, run_nvrx
+from .inputs import many_cycle_log
 
 WALL = 20.0
 TASKS = 1 << 17  # a 131,072-task job: every srun range of it is at the task-id cap
-
-
-def many_cycle_log(path: Path, cycles: int) -> None:
-    """`cycles` restart cycles of a 131,072-task job: rank 0 segfaults in each, and srun
-    reports every other task's exit in one 60-byte line."""
-    with path.open("w") as out:
-        for c in range(cycles):
-            out.write(f"[ft_launcher] Cycle: {c} Event: rendezvous Node: n1 Rank: 0\n")
-            out.write("0: iteration 5 / 100\n0: Fatal Python error: Segmentation fault\n")
-            out.write("srun: error: n1: task 0: Segmentation fault (core dumped)\n")
-            out.write(f"srun: error: n2: tasks 1-{TASKS - 1}: Exited with exit code 1\n")
 
 
 def test_a_many_cycle_many_task_log_costs_what_its_lines_say(tmp_path: Path, home: Path) -> None:

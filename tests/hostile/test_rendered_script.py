@@ -17,14 +17,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from ..test_chain_script import POLLER, Poller, finish, rendered, stand_ins
+from ..test_chain_script import Poller, finish, rendered, stand_ins
 
 # The variables Slurm 22.05's clients read as options (their man pages, ENVIRONMENT VARIABLES,
 # and the names in the installed binaries, which add SQUEUE_ARRAY_UNIQUE and SQUEUE_SIB).
@@ -104,47 +103,6 @@ def stand_in_pids(tmp_path: Path) -> Iterator[Path]:
             os.kill(int(line), signal.SIGKILL)
 
 
-def drain_pass(
-    poller: Poller,
-    *,
-    before: str = "",
-    timeout: int = 2,
-    cap: float = 10.0,
-    env: Mapping[str, str] | None = None,
-) -> subprocess.CompletedProcess[str]:
-    """One drain pass of the poller functions, `before` run first in the same shell; it must
-    end within `cap` seconds."""
-    script = (
-        f'log() {{ echo "LOG $*"; }}\n{before}\n'
-        f"source {POLLER / 'safety.sh'}\nsource {POLLER / 'drain_poller.sh'}\ndrain_pass\n"
-    )
-    full = {
-        **os.environ,
-        "PATH": f"{poller.dir / 'bin'}:{os.environ['PATH']}",
-        "FAKE_DIR": str(poller.dir),
-        "FAKE_LOG": str(poller.dir / "calls.log"),
-        "NVRX_DRAIN_DIR": str(poller.drain),
-        "NVRX_DRAIN_TIMEOUT": str(timeout),
-        "NVRX_DRAIN_STATES": "drain",
-        "NVRX_JOB_ID": "500",
-        **(env or {}),
-    }
-    argv = ["bash", "-uo", "pipefail", "-c", script]
-    with subprocess.Popen(
-        argv, env=full, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True,
-    ) as proc:  # fmt: skip
-        try:
-            out, err = proc.communicate(timeout=cap)
-        except subprocess.TimeoutExpired:
-            # (Not its output: a stand-in that ignores TERM may hold the pipe, in timeout's
-            # own process group; stand_in_pids kills it.)
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            pytest.fail(f"the pass did not end within {cap:g} s")
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
-
-
 # --- links in the drain dir -------------------------------------------------------------------
 
 
@@ -153,7 +111,7 @@ def test_a_marker_that_links_to_a_directory_is_replaced_and_nothing_moves_into_i
 ) -> None:
     (poller.drain / "task_1.drained").symlink_to(outside, target_is_directory=True)
     poller.tasks("1|502|n3\n", drained="n3\n")
-    done = drain_pass(poller)
+    done = poller.run_pass()
     assert done.returncode == 0, done.stderr
     assert list(outside.iterdir()) == []
     assert not (poller.drain / "task_1.drained").is_symlink()
@@ -167,7 +125,7 @@ def test_a_planted_temporary_name_is_never_written_through(poller: Poller, outsi
     target = outside / "written-through"
     planted = f'ln -s {target} "$NVRX_DRAIN_DIR/task_1.drained.tmp.$$"'
     poller.tasks("1|502|n3\n", drained="")
-    done = drain_pass(poller, before=planted)
+    done = poller.run_pass(before=planted)
     assert done.returncode == 0, done.stderr
     assert not target.exists() and not target.is_symlink()
     assert not (poller.drain / "task_1.drained").is_symlink()
@@ -181,7 +139,7 @@ def test_a_dangling_token_link_creates_nothing_outside_and_a_drained_token_link_
     token.unlink()
     token.symlink_to(outside / "planted")
     poller.tasks("1|502|n3\n", drained="")
-    done = drain_pass(poller)
+    done = poller.run_pass()
     assert done.returncode == 0, done.stderr
     assert list(outside.iterdir()) == []
     assert not token.is_symlink() and poller.admitted(502)  # a clean task keeps its token
@@ -191,7 +149,7 @@ def test_a_dangling_token_link_creates_nothing_outside_and_a_drained_token_link_
     token.unlink()
     token.symlink_to(precious)
     poller.tasks("1|502|n3\n", drained="n3\n")
-    drain_pass(poller)
+    poller.run_pass()
     assert not token.is_symlink() and not poller.admitted(502)
     assert precious.read_text() == "keep\n"
 
@@ -203,7 +161,7 @@ def test_a_drained_task_whose_token_is_a_directory_is_still_evicted(poller: Poll
     token.unlink()
     token.mkdir()
     poller.tasks("1|502|n3\n", drained="n3\n")
-    done = drain_pass(poller)
+    done = poller.run_pass()
     assert done.returncode == 0, done.stderr
     assert not os.path.lexists(token)
 
@@ -214,7 +172,7 @@ def test_a_marker_that_cannot_be_written_is_one_line_and_the_pass_goes_on(
     (poller.drain / "task_1.drained").mkdir()  # a directory where task 1's marker goes
     (poller.drain / "admit.503").touch()
     poller.tasks("1|502|n3\n2|503|n5\n", drained="n3\nn5\n")
-    done = drain_pass(poller)
+    done = poller.run_pass()
     assert done.returncode == 0, done.stderr
     refused = [line for line in done.stdout.splitlines() if "cannot write" in line]
     assert refused == [
@@ -295,12 +253,12 @@ def test_option_variables_in_the_jobs_environment_never_readmit_a_drained_task(
     poller: Poller, exported: tuple[str, ...]
 ) -> None:
     poller.tasks("1|502|n3\n", drained="n3\n")
-    assert drain_pass(poller).returncode == 0
+    assert poller.run_pass().returncode == 0
     assert not poller.admitted(502)
     # The job inherited them (sbatch's --export=ALL; `seen` names each one a client saw): a
     # query they narrowed would answer "nothing drained" and give the drained task its token
     # back.
-    done = drain_pass(poller, env=dict.fromkeys(exported, "elsewhere"))
+    done = poller.run_pass(env=dict.fromkeys(exported, "elsewhere"))
     assert done.returncode == 0, done.stderr
     assert poller.marker(1)["drained"] == "n3" and not poller.admitted(502)
     assert seen(poller.dir) == []
@@ -332,12 +290,12 @@ def test_a_sinfo_that_ignores_term_is_killed_and_the_pass_ends_within_its_grace(
 ) -> None:
     # (squeue runs under the same `timeout -k`.)
     poller.tasks("1|502|n3\n", drained="n3\n")
-    assert drain_pass(poller).returncode == 0
+    assert poller.run_pass().returncode == 0
     (poller.dir / "bin" / "sinfo").write_text(
         f"#!/bin/bash\necho $$ >>{stand_in_pids}\ntrap '' TERM\nexec sleep 30\n"
     )
     started = time.monotonic()
-    done = drain_pass(poller, timeout=1, cap=10)
+    done = poller.run_pass(1, cap=10)
     assert time.monotonic() - started < 6  # 1 s, then KILL 2 s after TERM
     assert done.returncode != 0
     assert "sinfo failed or timed out after 1s; this pass publishes nothing" in done.stdout
