@@ -239,9 +239,10 @@ def test_rerun_failing_plans_a_session_of_the_failing_experiments(tmp_path: Path
             ("SIGKILL:3:5:2", verdict(rank_any="false")),
         ],
     )
+    # (No --base-dir: the re-run goes beside OLD, so the option is refused.)
     proc = nvrx(
         "inject-loop", "--rerun-failing", str(old.dir), "--config",
-        str(CPU_FAULT_DEMO / "nvrx.yaml"), "--base-dir", str(tmp_path / "new"), "--dry-run",
+        str(CPU_FAULT_DEMO / "nvrx.yaml"), "--dry-run",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()

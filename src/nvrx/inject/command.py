@@ -48,40 +48,67 @@ class InjectRequest:
     as_json: bool = False
     extra_args: tuple[str, ...] = ()
 
+    def given(self) -> list[str]:
+        """The options the command line gave, by their flags (a default is not given)."""
+        values: dict[str, object] = {
+            "--pool": self.pool,
+            "--workload": self.workload,
+            "--sbatch-script": self.sbatch_script,
+            "--batch-size": self.batch_size,
+            "--window": self.window_mode,
+            "--base-dir": self.base_dir,
+            "--time-limit": self.time_limit,
+            "--resume": self.resume,
+            "--reanalyze": self.reanalyze,
+            "--rerun-failing": self.rerun_failing,
+            "--next": self.next_,
+            "--iters": self.iters,
+            "--no-analysis": self.no_analysis or None,
+            "--no-progress": self.no_progress or None,
+            "--allow-duplicates": self.allow_duplicates or None,
+            "--cancel-on-interrupt": self.cancel_on_interrupt or None,
+            "--list-pool": self.list_pool or None,
+            "--dry-run": self.dry_run or None,
+            "--force": self.force or None,
+            "--json": self.as_json or None,
+            "-- ARGS": self.extra_args or None,
+        }
+        return [flag for flag, value in values.items() if value is not None]
+
     def check(self) -> None:
-        """One line naming what does not go together."""
-        sessions = (self.resume, self.reanalyze, self.rerun_failing)
-        shaping = (self.pool, self.workload, self.sbatch_script)
-        if self.next_ is not None and any(
-            (*sessions, self.pool, self.iters, self.dry_run, self.list_pool)
-        ):
-            raise CommandError(
-                "--next reads one session and prints a pool: no other session or pool option"
-            )
-        if self.reanalyze is not None and any(
-            (self.rerun_failing, self.resume, self.extra_args, self.dry_run, self.list_pool,
-             self.no_analysis, *shaping, self.batch_size, self.window_mode, self.base_dir,
-             self.time_limit)
-        ):  # fmt: skip
-            raise CommandError(
-                "--reanalyze works on a session alone: no other session, pool, job or sbatch option"
-            )
+        """One line naming what does not go together: each mode refuses every option it would
+        drop without a word. (`--dry-run` and `--list-pool` preview a run or a re-run: they take
+        that run's options.)"""
+        given = self.given()
+
+        def refuse(mode: str, says: str, keeps: set[str]) -> None:
+            # --no-progress asks for plain lines, which every mode without a live view prints.
+            keeps = keeps | {mode, "--no-progress"}
+            extra = [flag for flag in given if flag not in keeps]
+            if extra:
+                raise CommandError(f"{mode} {says}: not with {', '.join(extra)}")
+
+        if self.next_ is not None:
+            refuse("--next", "reads one session and prints the next pool", set())
+        if self.reanalyze is not None:
+            refuse("--reanalyze", "works on a session alone (it takes --force and --json)",
+                   {"--force", "--json"})  # fmt: skip
         if self.force and self.reanalyze is None:
             raise CommandError(
                 "--force applies to --reanalyze only (a campaign never runs on a damaged journal)"
             )
-        if self.rerun_failing is not None and any((self.resume, *shaping)):
-            raise CommandError(
-                "--rerun-failing re-runs that session's campaign: no --resume, --pool, --workload "
-                "or --sbatch-script"
+        # How a campaign runs, not what it runs: a resumed or re-run session takes these.
+        runtime = {"--batch-size", "--window", "--no-analysis", "--cancel-on-interrupt", "--json"}
+        if self.rerun_failing is not None:
+            refuse(
+                "--rerun-failing",
+                "re-runs that session's campaign as it was recorded",
+                runtime | {"--list-pool", "--dry-run"},
             )
-        if self.resume is not None and any(
-            (self.extra_args, *shaping, self.list_pool, self.dry_run)
-        ):
-            raise CommandError(
-                "--resume finishes a session as it was planned: it takes no pool, "
-                "workload, script or sbatch arguments"
-            )
+        if self.resume is not None:
+            refuse("--resume", "finishes a session as it was planned", runtime)
+        if self.list_pool and self.dry_run:
+            raise CommandError("--list-pool prints the pool, --dry-run the sbatch lines: not both")
 
     def resolved(self) -> InjectRequest:
         """The same request, its session paths absolute."""
