@@ -42,8 +42,11 @@ def score_cmd(
     iteration: Annotated[int | None, typer.Option("--iter", help="Injection iteration.")] = None,
     nodes: Annotated[int | None, typer.Option("--nodes", help="Nodes of the job.")] = None,
     run_valid: Annotated[
-        str, typer.Option("--run-valid", help="true/false: did the run reach the fault?")
-    ] = "true",
+        str,
+        typer.Option(
+            "--run-valid", help="true/false: did the run reach the fault? (default: true)"
+        ),
+    ] = "",
     log_path: Annotated[
         Path | None, typer.Option("--log-path", help="The job log.", dir_okay=False)
     ] = None,
@@ -51,8 +54,9 @@ def score_cmd(
         str, typer.Option("--log-output", help="Log-analysis output (text, or @FILE).")
     ] = "",
     fr_output: Annotated[
-        str, typer.Option("--fr-output", help="FR analysis output (text, or @FILE).")
-    ] = "no_dumps",
+        str,
+        typer.Option("--fr-output", help="FR analysis output (text, or @FILE; default: no_dumps)."),
+    ] = "",
     gpus_per_node: Annotated[
         int | None, typer.Option("--gpus-per-node", help="Default: slurm.gpus_per_node.")
     ] = None,

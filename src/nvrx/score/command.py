@@ -47,10 +47,10 @@ class ScoreRequest:
     rank: int | None = None
     iteration: int | None = None
     nodes: int | None = None
-    run_valid: str = "true"
+    run_valid: str = ""  # "": not given (true)
     log_path: Path | None = None
     log_output: str = ""
-    fr_output: str = ""
+    fr_output: str = ""  # "": not given (no_dumps)
     minimum: tuple[str, ...] = ()
     as_json: bool = False
     junit_path: Path | None = None
@@ -67,9 +67,22 @@ class ScoreRequest:
             "--nodes": self.nodes,
         }
         if self.targets:
-            given = any(v is not None for v in truth.values())
-            if given or self.log_path or self.log_output:
-                raise ScoreError("give directories or the ground-truth flags, not both")
+            # A directory holds its own ground truth, log and analyses: these would be dropped.
+            given = [flag for flag, v in truth.items() if v is not None] + [
+                flag
+                for flag, v in (
+                    ("--run-valid", self.run_valid),
+                    ("--log-path", self.log_path),
+                    ("--log-output", self.log_output),
+                    ("--fr-output", self.fr_output),
+                )
+                if v
+            ]
+            if given:
+                raise ScoreError(
+                    "give directories or the ground-truth flags, not both: "
+                    f"{', '.join(given)} with {self.targets[0]}"
+                )
             return
         missing = [flag for flag, v in truth.items() if v is None]
         if missing:
@@ -112,11 +125,11 @@ def score_command(
                 rank=request.rank,
                 iteration=request.iteration,
                 nodes=request.nodes,
-                run_valid=parse_bool(request.run_valid, "--run-valid"),
+                run_valid=parse_bool(request.run_valid or "true", "--run-valid"),
                 shape=shape,
                 log_path=request.log_path,
                 log_output=request.log_output,
-                fr_output=request.fr_output,
+                fr_output=request.fr_output or "no_dumps",
             )
         ]
     judges = build_judges(

@@ -53,10 +53,44 @@ class WatchRequest:
     def job_id(self) -> str | None:
         return self.targets[0] if self.targets and not self.fleet else None
 
-    def check(self) -> None:
-        """One line naming what does not go together."""
-        if self.goodput and self.act:
-            raise CommandError("--goodput only reads: not with --act")
+    def given(self, flags: Mapping[str, tuple[object, str]]) -> list[str]:
+        """The options the command line gave, by their flags (a default is not given): this
+        request's and those of the flags map (`cli.watch`)."""
+        values: dict[str, object] = {
+            "JOB_ID|PATH": self.targets or None,
+            "--fleet": self.fleet or None,
+            "--mine": self.mine or None,
+            "--work-dir": self.work_dir,
+            "--job-name": self.job_name,
+            "--cycle-info-glob": self.cycle_info_glob,
+            "--checkpoint-iteration-file": self.checkpoint_iteration_file,
+            "--act": self.act or None,
+            "--dry-run": self.dry_run or None,
+            "--json": self.as_json or None,
+            "--goodput": self.goodput or None,
+            "--html": self.html,
+            "--junit": self.junit,
+            **{flag: value for value, flag in flags.values()},
+        }
+        return [flag for flag, value in values.items() if value is not None]
+
+    def check(self, flags: Mapping[str, tuple[object, str]] | None = None) -> None:
+        """One line naming what does not go together (`flags`: the flags map's options)."""
+        given = self.given(flags or {})
+        if self.list_detectors and given:
+            raise CommandError(
+                f"--list-detectors lists the detectors and exits: not with {', '.join(given)}"
+            )
+        if self.goodput:
+            # A report of one read-only pass: it loops, acts, alerts and writes nothing.
+            dropped = ["--act", "--interval", "--html", "--junit", "--webhook-url",
+                       "--pd-routing-key", "--pd-routing-key-file", "--heartbeat-url",
+                       "--prom-file", "--disable"]  # fmt: skip
+            extra = [flag for flag in given if flag in dropped]
+            if extra:
+                raise CommandError(
+                    f"--goodput only reads, in one pass: not with {', '.join(extra)}"
+                )
         if self.fleet or self.mine:
             single = [
                 name
@@ -282,10 +316,10 @@ def watch(
     source: ConfigSource,
 ) -> int:
     """Run the watcher; its exit code (nvrx.contract): 0 clean, 1 critical, 3 blind."""
+    request.check(flags)
     if request.list_detectors:
         list_detectors()
         return 0
-    request.check()
     if request.goodput:  # a report: it reads the state, alerts nobody and writes nothing
         request = replace(request, dry_run=True)
     from nvrx.slurm import Slurm
