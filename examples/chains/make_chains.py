@@ -17,7 +17,8 @@ file under checkpoints/ with the mtime of its last save.
   cycle_stalled (training may be hung).
 
 Standard library only; it writes nothing outside DIR and refuses a DIR that already holds one
-of the chains (nothing already there is overwritten).
+of the chains, even as a link (nothing already there is overwritten), and a DIR that is a link
+to no directory (it never writes through a link).
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 STAMP = "%Y-%m-%dT%H:%M:%S.%fZ"
+CHAINS = ("healthy", "storm", "stalled")
 
 
 def cycle(work: Path, job: str, n: int, start: datetime, end: datetime | None, nodes: str,
           standby: str) -> None:  # fmt: skip
     directory = work / "nvrx" / job / "cycle_infos"
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(parents=True, exist_ok=True)  # below `work`, which this run created
     doc = {
         "job_id": job,
         "attempt_index": 0,
@@ -47,25 +49,49 @@ def cycle(work: Path, job: str, n: int, start: datetime, end: datetime | None, n
         "generation": str(n + 1 if end else n),
         "active_ranks": "0-15",
     }
-    (directory / f"cycle_info.{job}.0.{n}").write_text(json.dumps(doc, indent=2) + "\n")
+    write_new(directory / f"cycle_info.{job}.0.{n}", json.dumps(doc, indent=2) + "\n")
 
 
 def checkpoint(work: Path, iteration: int, saved: datetime) -> None:
     path = work / "checkpoints" / "latest_checkpointed_iteration.txt"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"{iteration}\n")
+    write_new(path, f"{iteration}\n")
     os.utime(path, (saved.timestamp(), saved.timestamp()))
+
+
+def write_new(path: Path, text: str) -> None:
+    """A new file: never one already there, nor the target of a link put in its place."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         sys.stderr.write("usage: make_chains.py DIR\n")
         return 2
-    root = Path(argv[0]).resolve()
-    taken = [name for name in ("healthy", "storm", "stalled") if (root / name).exists()]
+    root = Path(os.path.abspath(argv[0]))  # not resolved: a link is seen as a link
+    if root.is_symlink() and not root.is_dir():
+        sys.stderr.write(f"make_chains.py: {root} is a link to no directory; choose a DIR\n")
+        return 2
+    taken = [name for name in CHAINS if os.path.lexists(root / name)]
     if taken:
         sys.stderr.write(f"make_chains.py: {root / taken[0]} exists; choose an empty DIR\n")
         return 2
+    try:
+        write_chains(root)
+    except OSError as exc:  # one line naming the path, not a traceback
+        sys.stderr.write(f"make_chains.py: {exc.filename or root}: {exc.strerror}\n")
+        return 1
+    for name in CHAINS:
+        sys.stdout.write(f"{root / name}\n")
+    return 0
+
+
+def write_chains(root: Path) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    for name in CHAINS:
+        (root / name).mkdir()  # new: what is written below it cannot be reached through a link
     now = datetime.now(UTC)
     minutes = lambda m: now - timedelta(minutes=m)  # noqa: E731
 
@@ -83,10 +109,6 @@ def main(argv: list[str]) -> int:
     stalled = root / "stalled"
     cycle(stalled, "7201", 0, minutes(180), None, "n[7-8]", "n9")
     checkpoint(stalled, 1500, minutes(150))
-
-    for work in (healthy, storm, stalled):
-        sys.stdout.write(f"{work}\n")
-    return 0
 
 
 if __name__ == "__main__":
