@@ -36,8 +36,24 @@ def test_a_plain_campaign_and_each_session_action_alone_are_requests_that_go_tog
         InjectRequest(reanalyze=Path("s"), force=True),
         InjectRequest(rerun_failing=Path("s"), batch_size=2),
         InjectRequest(next_=Path("s")),
-    ):
+        # How a campaign runs: a resumed or re-run session takes it from this command line.
+        InjectRequest(resume=Path("s"), batch_size=4, window_mode="strict", no_analysis=True,
+                      cancel_on_interrupt=True, no_progress=True, as_json=True),
+        InjectRequest(reanalyze=Path("s"), no_progress=True, as_json=True),
+        InjectRequest(rerun_failing=Path("s"), list_pool=True),
+        # A preview takes the options of the run it shows.
+        InjectRequest(pool="quick", list_pool=True, iters="2,10", allow_duplicates=True),
+        InjectRequest(pool="quick", dry_run=True, batch_size=4, sbatch_script=Path("job.sh"),
+                      time_limit="00:10:00", extra_args=("-A", "acct")),
+    ):  # fmt: skip
         ok.check()
+
+
+def test_the_refusal_names_the_mode_and_every_option_it_would_drop() -> None:
+    with pytest.raises(CommandError) as caught:
+        InjectRequest(reanalyze=Path("s"), iters="2,10", time_limit="1:00", force=True).check()
+    assert str(caught.value).endswith("not with --time-limit, --iters")
+    assert str(caught.value).startswith("--reanalyze")
 
 
 def test_the_session_paths_are_made_absolute(
