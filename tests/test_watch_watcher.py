@@ -547,7 +547,6 @@ def test_a_suspect_node_is_drained_only_with_act(tmp_path: Path, act: bool, expe
     assert ran == ([[ran[0][0], "update", "nodename=n2", "state=drain", ran[0][-1]]] if act else [])
 
 
-
 def test_a_drain_waits_for_a_node_list_that_could_not_be_read() -> None:
     import logging
 
@@ -571,6 +570,7 @@ def test_a_drain_waits_for_a_node_list_that_could_not_be_read() -> None:
     assert line.startswith("[act] FAILED: scontrol update nodename=n2")
     assert "node list could not be read" in line and line.endswith("(next pass retries)")
     assert not [a for a in replay.argvs if os.path.basename(a[0]) == "scontrol"]
+
 
 def test_the_live_view_cuts_what_does_not_fit_the_terminal_and_says_so() -> None:
     from nvrx.watch.output import fit_screen
