@@ -3,13 +3,14 @@ bounded blocks; outputs whole or not at all, with the right mode."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from pathlib import Path
 
 import pytest
 
-from nvrx.files import InputError, read_key_file, read_line_blocks, write_atomic
+from nvrx.files import InputError, file_sha256, read_key_file, read_line_blocks, write_atomic
 
 
 def mode(path: Path) -> int:
@@ -90,3 +91,14 @@ def test_read_tail_gives_the_last_whole_lines_of_a_file_of_any_size(tmp_path: Pa
     assert len(tail) <= 1000 and tail.endswith("line 199999\n")
     assert tail.split("\n", 1)[0].startswith("line ")  # starts at a whole line
     assert read_tail(log, "log", 10**9).startswith("line 0\n")  # smaller than the bound: all
+
+
+def test_a_files_sha256_is_of_its_bytes_across_blocks_and_a_fifo_is_refused(
+    tmp_path: Path,
+) -> None:
+    data = os.urandom((1 << 20) * 2 + 7)  # more than one block, and not a whole number of them
+    (tmp_path / "job.log").write_bytes(data)
+    assert file_sha256(tmp_path / "job.log", "job log") == hashlib.sha256(data).hexdigest()
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(InputError, match="job log .*fifo: not a regular file"):
+        file_sha256(tmp_path / "fifo", "job log")

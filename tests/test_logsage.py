@@ -30,7 +30,7 @@ import pytest
 from nvrx.config import load_config
 from nvrx.inject.analyst import LOGSAGE_OUTPUT, Analyzers, logsage_text
 from nvrx.score.evidence import Attribution
-from nvrx.score.load import STRIPPED_LOG
+from nvrx.score.inputs import STRIPPED_LOG
 
 from .fake_openai import LoopbackServer
 from .test_score_server import BASE_URL, MODEL, _server_up

@@ -9,14 +9,16 @@ past its cap and says which file was too large and which setting raises the cap.
 Writing: `write_atomic` for nvrx's own files, `write_output` for a file the user named (a
 stream is written, never renamed over), and `refuse_overwriting` before either of the latter.
 
-One module because the reader and the writers share what this process has read: an output
-may not replace any file a reader opened, whichever command it serves.
+One module because every read and write of a file nvrx is given passes here (one cap, one
+directory rule, one way to open what may be a FIFO or a link), and the reader and the writers
+share what this process has read: an output may not replace any file a reader opened.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import select
 import stat
@@ -308,6 +310,22 @@ def read_text(path: Path | str, what: str, *, limit: int | None = None) -> str:
     """A text input: UTF-8, else latin-1 (which never fails: logs carry binary junk from crashing
     ranks)."""
     return decode_text(read_bounded(path, what, limit=limit)[0])
+
+
+def file_sha256(path: Path | str, what: str) -> str:
+    """The sha256 of a regular file's bytes, read in blocks: memory stays at a block whatever its
+    size (a job log). InputError when it cannot be read or is not a regular file (a FIFO)."""
+    fd, st = _open(path, what, follow_symlinks=True, regular_only=True)
+    _saw(path, st)
+    digest = hashlib.sha256()
+    try:
+        while chunk := os.read(fd, 1 << 20):
+            digest.update(chunk)
+    except OSError as exc:
+        raise _os_error(what, path, exc) from None
+    finally:
+        os.close(fd)
+    return digest.hexdigest()
 
 
 def read_tail(path: Path | str, what: str, limit: int) -> str:

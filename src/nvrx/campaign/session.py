@@ -11,7 +11,8 @@ Journal events: `session` (what the campaign is), `planned` (one per experiment)
 (intent, before sbatch; `ahead_of` when it goes before a blocked experiment), `submitted` (job
 id), `submit_failed`, `ended` (final state from accounting), `cancelled` (by the driver:
 wall-clock cap or interrupt), `interrupted`,
-`analysed` (validity, decision, FR ranks and the verdict; appended again by a re-analysis).
+`analysed` (validity, decision, FR ranks, the verdict and `judged`, the sha256 of every file it
+is made from; appended again by a re-analysis).
 
 One module because the journal's durable append, its replay and the tracking file are one
 on-disk format: what a crash may leave in one, the others must read.
@@ -23,6 +24,7 @@ import bisect
 import errno
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -406,9 +408,42 @@ def _apply(state: SessionState, ev: dict[str, Any], session_dir: Path, line: int
             verdict = ev.get("verdict")
             if verdict is not None and not isinstance(verdict, dict):
                 raise TypeError(f"its verdict is a {type(verdict).__name__}, not an object")
+            if "judged" in ev:
+                _check_judged(ev["judged"])
             state.analysed_count += r.analysis is None
             r.analysis = {k: v for k, v in ev.items() if k not in ("event", "verdict")}
             r.verdict, r.analysed_line = verdict, line
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_JUDGED_FILES_MAX = 32  # a verdict is made of a handful of files
+_JUDGED_NAME_MAX = 1024
+
+
+def _check_judged(judged: Any) -> None:
+    """`judged` of an `analysed` event: an object of file → sha256 (null: absent), each file a
+    path inside the experiment directory (`analysis/fr_analysis.txt`; an older nvrx wrote the
+    analysis files' bare names; null or no `judged`: no digests were recorded). ValueError saying
+    what is wrong: the replay names the line."""
+    if judged is None:
+        return
+    if not isinstance(judged, dict):
+        raise ValueError(f"its judged digests are a {type(judged).__name__}, not an object")
+    if len(judged) > _JUDGED_FILES_MAX:
+        raise ValueError(
+            f"its judged digests name {len(judged)} files (at most {_JUDGED_FILES_MAX})"
+        )
+    for name, digest in judged.items():
+        if (
+            not 0 < len(name) <= _JUDGED_NAME_MAX
+            or "\x00" in name
+            or any(part in ("", ".", "..") for part in name.split("/"))
+        ):
+            raise ValueError(
+                "its judged digests name a path that is no file of the experiment directory"
+            )
+        if digest is not None and not (isinstance(digest, str) and _SHA256.fullmatch(digest)):
+            raise ValueError("its judged digests hold a value that is no sha256")
 
 
 class Session:

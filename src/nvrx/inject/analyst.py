@@ -42,21 +42,17 @@ from nvrx.files import (
 )
 from nvrx.logtext import blind
 from nvrx.score.evidence import Attribution, fr_ranks, run_validity
-from nvrx.score.load import (
+from nvrx.score.inputs import (
     ANALYSIS_DIR,
     FR_ANALYSIS,
     LOG_ATTRIBUTION,
     RUN_VALID,
+    STRIPPED,
     STRIPPED_LOG,
-    Shape,
-    experiment_case,
-    judged_digests,
-    main_log,
-    record_truth,
+    input_digest,
+    job_log,
 )
-from nvrx.score.load import (
-    read_text as read_session_file,
-)
+from nvrx.score.load import Shape, experiment_case, record_truth
 from nvrx.score.model import Verdict
 
 
@@ -371,7 +367,8 @@ class ExperimentAnalysis:
     fr_ranks: tuple[int, ...] = ()
     errors: tuple[str, ...] = ()
     verdict: Verdict | None = None
-    judged: dict[str, str | None] | None = None  # digests of the files the verdict is from
+    # The sha256 of every file the verdict is made from, by its path in the experiment dir.
+    judged: dict[str, str | None] | None = None
 
     def event(self) -> dict[str, Any]:
         event = {
@@ -392,10 +389,9 @@ def analyse(record: Record, analyzers: Analyzers, judge: Judge) -> ExperimentAna
     what one experiment's artifacts hold: failures are recorded and make the verdict unscored."""
     out = record.dir / ANALYSIS_DIR
     out.mkdir(parents=True, exist_ok=True)
-    log_path = main_log(record.dir, record.job_id)
     # Read on the session's behalf, as scoring reads it (a link out of it, a FIFO: refused).
-    session = record.dir.parent
-    raw = read_session_file(log_path, "job log", session) if log_path is not None else None
+    log = job_log(record.dir, record.job_id)
+    raw = log.text if log is not None else None
     validity = run_validity(raw)
     if raw is not None:
         write_atomic(
@@ -428,7 +424,6 @@ def analyse(record: Record, analyzers: Analyzers, judge: Judge) -> ExperimentAna
         except Exception as exc:
             (out / FR_ANALYSIS).unlink(missing_ok=True)
             errors.append(f"FR analysis ({analyzers.fr_name}): {exc}")
-    judged = judged_digests(record.dir)
     case = experiment_case(
         record.case_id,
         record.dir,
@@ -436,8 +431,12 @@ def analyse(record: Record, analyzers: Analyzers, judge: Judge) -> ExperimentAna
         job_id=record.job_id,
         job_state=record.state,
         problem="; ".join(errors) or None,
-        raw_log=raw,
+        log=log,
     )
+    # What the verdict is made of: every file the case read (`Case.inputs`), and the blinded
+    # log the log analyser read, whose answer the judge reads (and the page shows as the log
+    # the judge saw).
+    judged = {**dict(case.inputs), STRIPPED: input_digest(record.dir, STRIPPED)}
     [verdict] = judge([case])
     write_atomic(out / VERDICT, verdict.model_dump_json(indent=2, exclude_none=True) + "\n")
     return ExperimentAnalysis(

@@ -19,7 +19,7 @@ from nvrx.files import InputError, read_tail, within_root, write_atomic
 from nvrx.inject.html import Evidence, evidence_of, page, with_evidence
 from nvrx.inject.rows import Row, diff, markdown, report_json, rows, stop_condition
 from nvrx.score import report as score_report
-from nvrx.score.load import (
+from nvrx.score.inputs import (
     ANALYSIS_DIR,
     FR_ANALYSIS,
     LOG_ATTRIBUTION,

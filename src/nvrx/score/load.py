@@ -1,6 +1,7 @@
 """Cases from disk: a whole inject-loop session, one experiment directory, or upstream-style flags.
 
-Per experiment directory (written by the campaign's analysis; docs/file-contracts.md):
+Per experiment directory (written by the campaign's analysis; docs/file-contracts.md; the
+files are read, with their digests, through `score.inputs`):
   logs/slurm/<JOB>.<RESTART>.1.main_workload.log   the job log (first restart's, as upstream)
   analysis/run_valid.txt                          `true`/`false`; absent → the log's marker decides
   analysis/log_attribution.txt                    the log analyser's text (required to judge)
@@ -12,7 +13,6 @@ directory's name or text the analysers saw.
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import re
 from dataclasses import dataclass, replace
@@ -23,43 +23,17 @@ from nvrx import files
 from nvrx.campaign.session import JOURNAL_NAME, TSV_HEADER, TSV_NAME, Record, Session
 from nvrx.logtext import blind
 from nvrx.score.evidence import analyser_failure, fr_table_problem, judge_excerpt, run_validity
+from nvrx.score.inputs import (
+    ANALYSIS_DIR,
+    FR_ANALYSIS,
+    LOG_ATTRIBUTION,
+    RUN_VALID,
+    InputFile,
+    changed_since_judged,
+    job_log,
+    read_input,
+)
 from nvrx.score.model import Case, GroundTruth, ScoreError
-
-ANALYSIS_DIR = "analysis"
-RUN_VALID = "run_valid.txt"
-LOG_ATTRIBUTION = "log_attribution.txt"
-FR_ANALYSIS = "fr_analysis.txt"
-STRIPPED_LOG = "stripped.log"  # the blinded log every analyser reads (inject.analyst writes it)
-
-
-JUDGED_FILES = (RUN_VALID, LOG_ATTRIBUTION, FR_ANALYSIS)  # what a verdict is a function of
-
-
-def judged_digests(experiment_dir: Path) -> dict[str, str | None]:
-    """The sha256 of each analysis file a verdict is judged from (None: absent), journalled with
-    the verdict so that `report` and `score` can say when a file changed after it was judged."""
-    out: dict[str, str | None] = {}
-    for name in JUDGED_FILES:
-        path = experiment_dir / ANALYSIS_DIR / name
-        if not path.is_file():
-            out[name] = None
-            continue
-        data, _ = files.read_bounded(path, "analysis file")
-        out[name] = hashlib.sha256(data).hexdigest()
-    return out
-
-
-def changed_since_judged(record: Record) -> tuple[str, ...]:
-    """`analysis/NAME` for each judged file that differs now from when the campaign journalled
-    its verdict (added, removed or edited); () when the journal predates the digests."""
-    journalled = (record.analysis or {}).get("judged")
-    if not isinstance(journalled, dict):
-        return ()
-    try:
-        now = judged_digests(record.dir)
-    except files.InputError as exc:  # unreadable now: that is a change, and says why
-        return (f"{ANALYSIS_DIR}/ ({exc})",)
-    return tuple(f"{ANALYSIS_DIR}/{n}" for n in JUDGED_FILES if journalled.get(n) != now[n])
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,16 +51,11 @@ def parse_bool(text: str, what: str) -> bool:
     raise ScoreError(f"{what} {text.strip()!r}: expected true or false")
 
 
-def read_text(path: Path, what: str, root: Path | None = None) -> str:
-    """A text input through the one bounded reader; its problems are ScoreErrors (a case that
-    cannot be built, or bad input to `nvrx score`). With `root` (the session), a file whose
-    real path leads out of it is refused (`files.within_root`)."""
+def read_text(path: Path, what: str) -> str:
+    """A text input through the one bounded reader; its problems are ScoreErrors (bad input to
+    `nvrx score`). A session's files are read by `read_input`."""
     try:
-        if root is None:
-            return files.read_text(path, what)
-        # A session's file is a regular file inside it: a FIFO there would read as empty.
-        real = files.within_root(path, root, what)
-        return files.decode_text(files.read_bounded(real, what, regular_only=True)[0])
+        return files.read_text(path, what)
     except files.InputError as exc:
         raise ScoreError(str(exc)) from None
 
@@ -102,19 +71,6 @@ def text_or_file(value: str, what: str) -> str:
     return text
 
 
-def _restart_key(path: Path) -> tuple[int, str]:
-    # <JOB>.<RESTART>.1.main_workload.log: order by the restart count, numerically.
-    parts = path.name.split(".")
-    return (int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 1 << 30, path.name)
-
-
-def main_log(experiment_dir: Path, job_id: str | None) -> Path | None:
-    logs = experiment_dir / "logs" / "slurm"
-    pattern = f"{job_id}.*.1.main_workload.log" if job_id else "*.1.main_workload.log"
-    found = sorted(logs.glob(pattern), key=_restart_key)
-    return found[0] if found else None
-
-
 def experiment_case(
     case_id: str,
     experiment_dir: Path,
@@ -123,27 +79,41 @@ def experiment_case(
     job_id: str | None = None,
     job_state: str | None = None,
     problem: str | None = None,
-    raw_log: str | None = None,
+    log: InputFile | None = None,
 ) -> Case:
     """One experiment's case from its directory (see the module's layout). What is missing makes
-    the case unscored with the reason, never silently `invalid`. `raw_log` is the job log's text
-    when the caller has read it already."""
+    the case unscored with the reason, never silently `invalid`. `log` is the job log when the
+    caller has read it already (`job_log`). The case names every file it read, with its digest,
+    and every one it looked for and did not find (`Case.inputs`): what the verdict is made of."""
     make = partial(
         Case, id=case_id, job_id=job_id, job_state=job_state, experiment_dir=str(experiment_dir)
     )
     if not experiment_dir.is_dir():
         return make(truth=truth, problem=f"no experiment directory {experiment_dir}")
-    # Every file is read on the session's behalf: none may lead out of it (files.within_root).
-    read = partial(read_text, root=experiment_dir.parent)
+    inputs: dict[str, str | None] = {}
+
+    def read(path: Path, what: str) -> str | None:
+        """The file's text (None: absent), recorded in `inputs` either way. Every file is read
+        on the session's behalf: none may lead out of it (files.within_root)."""
+        if not path.is_file():
+            inputs[path.relative_to(experiment_dir).as_posix()] = None
+            return None
+        got = read_input(experiment_dir, path, what)
+        inputs[got.name] = got.sha256
+        return got.text
+
     analysis = experiment_dir / ANALYSIS_DIR
-    log_path = main_log(experiment_dir, job_id)
-    if raw_log is None:
-        raw_log = read(log_path, "job log") if log_path is not None else ""
+    if log is None:
+        log = job_log(experiment_dir, job_id)
+    if log is not None:
+        inputs[log.name] = log.sha256
+    raw_log = log.text if log is not None else ""
     valid_file = analysis / RUN_VALID
-    if valid_file.is_file():
-        first = (read(valid_file, "run validity").split() or [""])[0]
+    validity = read(valid_file, "run validity")
+    if validity is not None:
+        first = (validity.split() or [""])[0]
         run_valid = parse_bool(first, f"run validity in {valid_file}:")
-    elif log_path is None:
+    elif log is None:
         pattern = f"{job_id or '<JOB>'}.*.1.main_workload.log"
         problem = problem or f"no job log {experiment_dir}/logs/slurm/{pattern} to judge validity"
         run_valid = True
@@ -152,22 +122,20 @@ def experiment_case(
     truth = replace(truth, run_valid=run_valid)
     attribution_file = analysis / LOG_ATTRIBUTION
     fr_file = analysis / FR_ANALYSIS
-    has_attribution = attribution_file.is_file()
-    if problem is None and run_valid and not has_attribution:
+    attribution_text = read(attribution_file, "log attribution")
+    if problem is None and run_valid and attribution_text is None:
         problem = f"no log attribution: {attribution_file} is missing (analyse the run first)"
-    attribution = blind(read(attribution_file, "log attribution")) if has_attribution else ""
+    attribution = blind(attribution_text) if attribution_text is not None else ""
     if problem is None and run_valid:
         problem = analyser_failure(attribution)
+    fr_text = read(fr_file, "FR analysis")
     return make(
         truth=truth,
         log_excerpt=judge_excerpt(raw_log),
         log_attribution=attribution,
-        fr_output=(
-            _fr_table(read(fr_file, "FR analysis"), str(fr_file))
-            if fr_file.is_file()
-            else "no_dumps"
-        ),
+        fr_output=_fr_table(fr_text, str(fr_file)) if fr_text is not None else "no_dumps",
         problem=problem,
+        inputs=tuple(inputs.items()),
     )
 
 
@@ -219,7 +187,8 @@ def session_cases(session_dir: Path, shape: Shape, only: Path | None = None) -> 
                 job_state=record.state,
                 problem=problem,
             )
-            cases.append(replace(case, changed=changed_since_judged(record)))
+            changed = changed_since_judged(record, known=case.inputs)
+            cases.append(replace(case, changed=changed))
         return cases
     return _tsv_cases(session_dir, shape, only)
 

@@ -211,6 +211,10 @@ class Case:
     job_state: str | None = None
     experiment_dir: str | None = None
     problem: str | None = None
+    # Every file the case was built from, by its path in the experiment directory, with the
+    # sha256 of the bytes read (None: looked for and absent); the campaign journals them with
+    # its verdict (`judged`).
+    inputs: tuple[tuple[str, str | None], ...] = ()
     # Judged files that changed after the campaign journalled its verdict: this score reads
     # them as they are now, the session's report shows the journalled verdict.
     changed: tuple[str, ...] = ()
