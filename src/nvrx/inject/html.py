@@ -383,15 +383,34 @@ def _sections(
     bare. Once the evidence has taken EVIDENCE_BYTES, the rest are brief; a section that would
     leave too little of SECTIONS_BYTES for the bare sections after it is bare itself. So the
     sections take SECTIONS_BYTES at most, whatever the journal and the evidence hold (as long
-    as the bare ones fit: 10,000 take about 5 MB), and the first keep the most."""
+    as the bare ones fit: 10,000 take about 5 MB), and the first keep the most.
+
+    A bare section is never larger than its full one, so when the full sections fit, none is
+    bare: they are laid out once, and the bare ones are drawn only for a page that needs them
+    (a second drawing of every section was a fifth of a 10,000-experiment page's time)."""
     brief = [replace(ev, excerpt="", attribution="", fr_table="", shown=False) for ev in evidences]
+    out, shown, bared, spent = _laid_out(rows, evidences, brief, dimensions, None)
+    if spent <= SECTIONS_BYTES:
+        return out, shown, bared
     bare = [
         _experiment(row, ev, dimensions, bare=True) for row, ev in zip(rows, brief, strict=True)
     ]
+    out, shown, bared, _ = _laid_out(rows, evidences, brief, dimensions, bare)
+    return out, shown, bared
+
+
+def _laid_out(
+    rows: Sequence[Row],
+    evidences: Sequence[Evidence],
+    brief: Sequence[Evidence],
+    dimensions: Sequence[str],
+    bare: Sequence[str] | None,
+) -> tuple[list[str], int, int, int]:
+    """`_sections`' layout, and the bytes it took; `bare` None: no section is made bare."""
     # What the bare sections from each position to the end take: room kept for them.
     after = [0] * (len(rows) + 1)
     for i in range(len(rows) - 1, -1, -1):
-        after[i] = after[i + 1] + len(bare[i].encode())
+        after[i] = after[i + 1] + (len(bare[i].encode()) if bare is not None else 0)
     out: list[str] = []
     spent = evidence_spent = shown = bared = 0
     for i, (row, ev) in enumerate(zip(rows, evidences, strict=True)):
@@ -399,7 +418,7 @@ def _sections(
             ev = brief[i]
         section = _experiment(row, ev, dimensions)
         size = len(section.encode())
-        if spent + size + after[i + 1] > SECTIONS_BYTES:
+        if bare is not None and spent + size + after[i + 1] > SECTIONS_BYTES:
             ev, section, size = brief[i], bare[i], after[i] - after[i + 1]
             bared += 1
         if ev.shown:
@@ -407,7 +426,7 @@ def _sections(
             shown += 1
         spent += size
         out.append(section)
-    return out, shown, bared
+    return out, shown, bared, spent
 
 
 def _evidence_note(sections: int, shown: int, bare: int) -> str:
