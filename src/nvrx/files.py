@@ -67,8 +67,10 @@ _read: dict[tuple[int, int], tuple[str, int]] = {}
 
 
 def _saw(path: Path | str, st: os.stat_result) -> None:
+    # Every read passes here (a report reads three files an experiment): the path is kept as
+    # given and resolved only when an output is checked against it, which is rare.
     if stat.S_ISREG(st.st_mode):
-        _read[(st.st_dev, st.st_ino)] = (os.path.realpath(path), st.st_ctime_ns)
+        _read[(st.st_dev, st.st_ino)] = (os.path.abspath(path), st.st_ctime_ns)
 
 
 def read_by_this_command(path: Path | str) -> str | None:
@@ -83,7 +85,8 @@ def read_by_this_command(path: Path | str) -> str | None:
         return None
     where, ctime = seen
     # The same file: unchanged since, or changed but still at the path it was read by.
-    return where if ctime == st.st_ctime_ns or where == os.path.realpath(path) else None
+    same_path = os.path.realpath(where) == os.path.realpath(path)
+    return where if ctime == st.st_ctime_ns or same_path else None
 
 
 def set_allowed_roots(roots: tuple[str, ...]) -> None:
