@@ -480,6 +480,13 @@ def _descriptor(path: Path) -> int | None:
     return None
 
 
+def system_path(path: Path | str) -> bool:
+    """`path` (as written, made absolute) lies under /dev or /proc: the system's names, which
+    nvrx writes through (a stream) or refuses, never creates or renames over."""
+    absolute = os.path.abspath(path)
+    return _under(absolute, "/dev") or _under(absolute, "/proc")
+
+
 def write_output(path: Path, text: str, what: str) -> None:
     """A file the user named for an output (`--junit`, `--html`, `--markdown`): a regular file
     (or a new one) is replaced atomically (`write_atomic`); a stream is written, never renamed
@@ -501,8 +508,8 @@ def write_output(path: Path, text: str, what: str) -> None:
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise InputError(what, path, "is a directory")
     if not special:
-        system = any(_under(os.path.abspath(path), d) for d in ("/dev", "/proc"))
-        if system and os.path.islink(path):  # /dev/core, /dev/fd: the system's, not a report
+        # /dev/core, /dev/fd: the system's links, never a report's place.
+        if system_path(path) and os.path.islink(path):
             raise InputError(what, path, "a link of the system's: refusing to replace it")
         write_atomic(path, text)
         return

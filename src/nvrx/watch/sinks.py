@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from nvrx.display import printable
-from nvrx.files import open_append, write_atomic
+from nvrx.files import open_append, system_path, write_atomic
 from nvrx.watch.goodput import CATEGORIES, Goodput
 from nvrx.watch.model import Finding, Severity, Snapshot
 
@@ -285,7 +285,6 @@ def write_textfile(path: Path, text: str) -> None:
         st = os.stat(path)
     except FileNotFoundError:
         st = None
-    system = any(os.path.abspath(path).startswith(d) for d in ("/dev/", "/proc/"))
-    if system or (st is not None and not stat.S_ISREG(st.st_mode)):
+    if system_path(path) or (st is not None and not stat.S_ISREG(st.st_mode)):
         raise OSError(errno.EINVAL, f"{path} is not a regular file: refusing to replace it")
     write_atomic(path, text, mode=0o644)
