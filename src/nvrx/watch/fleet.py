@@ -19,9 +19,9 @@ from pathlib import Path
 from nvrx.chain.manifest import manifest_path
 from nvrx.config import WatchSettings
 from nvrx.slurm import Slurm, SlurmError, SlurmValueError
-from nvrx.watch.detectors import DETECTORS
+from nvrx.watch.detectors import COUNTED
 from nvrx.watch.detectors.fleet import failed_cycles, run_fleet_detectors
-from nvrx.watch.model import ACTION_REFUSED, Finding, Platform, Severity
+from nvrx.watch.model import Finding, Platform, Severity
 from nvrx.watch.observe import observe_platforms
 from nvrx.watch.resolve import Overrides, Target, WatchError, refuse_input, resolve
 from nvrx.watch.sinks import ChainMetrics, SinkBudget, prometheus_text, write_textfile
@@ -198,7 +198,7 @@ class Fleet:
                 cycles = tuple(x.path for x in c.result.snapshot.cycles) if c.result else ()
                 refuse_input(Path(path), m.watcher.target, m.watcher.dir, "prom_file", cycles)
         try:
-            write_textfile(Path(path), prometheus_text(parts, [*DETECTORS, ACTION_REFUSED]))
+            write_textfile(Path(path), prometheus_text(parts, list(COUNTED)))
         except OSError as exc:
             fleet.notes.append(f"prom file: {exc}")
 

@@ -31,13 +31,12 @@ from nvrx.files import InputError, read_key_file
 from nvrx.slurm import JobState, Slurm, SlurmError, SlurmValueError
 from nvrx.watch.cyclecache import CycleCache, CycleCacheDamaged
 from nvrx.watch.cycles import CycleRead, read_cycles
-from nvrx.watch.detectors import DETECTORS, run_detectors
+from nvrx.watch.detectors import COUNTED, run_detectors
 from nvrx.watch.detectors import degraded as is_degraded
 from nvrx.watch.detectors.anomaly import last_progress
 from nvrx.watch.detectors.observer import refuse_actions
 from nvrx.watch.goodput import Goodput, goodput
 from nvrx.watch.model import (
-    ACTION_REFUSED,
     CancelPending,
     DrainNode,
     Finding,
@@ -305,7 +304,7 @@ class Watcher:
                                 result.goodput,
                             )
                         ],
-                        [*DETECTORS, ACTION_REFUSED],
+                        list(COUNTED),
                     ),
                 )
             except OSError as exc:

@@ -44,7 +44,7 @@ from nvrx.watch.detectors.chain import (
 )
 from nvrx.watch.detectors.common import Detector, degraded
 from nvrx.watch.detectors.observer import counter_regressed, watch_blind
-from nvrx.watch.model import Finding, Snapshot
+from nvrx.watch.model import ACTION_REFUSED, Finding, Snapshot
 
 # --- registry ----------------------------------------------------------------------------------
 
@@ -66,6 +66,11 @@ DETECTORS: dict[str, Detector] = {
     # observer findings (of the watcher itself)
     "watch_blind": watch_blind,
 }
+
+
+# What a pass's findings may name, in the order the textfile counts them: every detector, and
+# the refusal of an action one of them offered (`observer.refuse_actions`).
+COUNTED = (*DETECTORS, ACTION_REFUSED)
 
 
 def run_detectors(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
