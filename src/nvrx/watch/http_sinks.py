@@ -61,9 +61,9 @@ class HttpSinks:
     a handful: no connection is worth keeping), and all of a pass's within its `SinkBudget`;
     every failure is a SinkError."""
 
-    def __init__(self, timeout: float, budget: SinkBudget | None = None) -> None:
+    def __init__(self, timeout: float) -> None:
         self.timeout = timeout
-        self.budget = budget
+        self.budget: SinkBudget | None = None  # the pass's, set by its watcher
 
     def _seconds(self) -> float:
         return self.timeout if self.budget is None else self.budget.seconds(self.timeout)

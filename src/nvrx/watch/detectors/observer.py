@@ -160,8 +160,7 @@ def refuse_actions(findings: Sequence[Finding], known: Collection[str] | None) -
     out: list[Finding] = []
     for f in findings:
         action = f.action
-        why = drain_refusal(action.node, known) if isinstance(action, DrainNode) else None
-        if why is None or not isinstance(action, DrainNode):
+        if not isinstance(action, DrainNode) or (why := drain_refusal(action.node, known)) is None:
             out.append(f)
             continue
         out.append(replace(f, action=None))
