@@ -331,3 +331,19 @@ def test_a_dry_run_asks_a_silent_controller_once_per_check_and_says_what_it_skip
     assert sorted(calls.read_text().split()) == ["scontrol", "squeue"]  # one attempt each
     assert "MaxArraySize not checked" in proc.stdout + proc.stderr
     assert "could not check for live jobs named" in proc.stdout + proc.stderr
+
+
+def test_a_shared_environment_name_blocks_a_chain_only_where_the_chain_reads_it(
+    shared_dir: Path,
+) -> None:
+    # GNU time's TIME=%e is upstream's inject.time_limit, which a chain never reads: it neither
+    # blocks submit-chain nor draws a warning. PARTITION is slurm.partition, which every
+    # generation is submitted with: as strict as ever.
+    base = ["submit-chain", "--dry-run", "--work-dir", str(shared_dir / "w"), *REHEARSAL]
+    env = clean_environ({"HOME": str(shared_dir), **slurm_settings(shared_dir), "TIME": "%e"})
+    chain = nvrx_in_process(*base, env=env, cwd=shared_dir)
+    assert chain.returncode == 0, chain.stderr
+    assert "TIME" not in chain.stderr
+    bad = nvrx_in_process(*base, env={**env, "PARTITION": "a b"}, cwd=shared_dir)
+    assert bad.returncode == 2
+    assert "bad value for slurm.partition: 'a b' (from env PARTITION)" in bad.stderr

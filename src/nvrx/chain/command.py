@@ -57,7 +57,8 @@ def submit_chain(
         "chain.depth": (depth, "-K"),
         "chain.work_dir": (work_dir, "--work-dir"),
     }
-    loaded = source.load(flags, submits=True)
+    # A chain is built from chain.* and slurm.*; it never reads inject.* (GNU time's TIME=%e).
+    loaded = source.load(flags, submits_from=("chain", "slurm"), reads=("chain", "slurm", "limits"))
     slurm = Slurm(loaded.config.slurm)
     progress = None if as_json else (lambda msg: stdout().print(msg))
     if loaded.config.chain.dry_run and not (extend or cancel or validate):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -152,10 +152,15 @@ def load_config(
     environ: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     home: Path | None = None,
-    lenient_env: bool = False,
+    strict_sections: Collection[str] | None = None,
+    read_sections: Collection[str] | None = None,
 ) -> LoadedConfig:
     """Build the effective config from every layer; `cli` maps key → (value, flag).
-    `lenient_env`: a shared environment name's bad value is ignored and said, not an error."""
+
+    A shared environment name's value that does not validate (`_shared_name`) is an error in
+    `strict_sections` (None: every section); in a section outside `read_sections` (None: every
+    section) it is dropped without a word, since the command never reads it; elsewhere it is
+    dropped and said (`ignored`)."""
     environ = os.environ if environ is None else environ
     cwd = Path.cwd() if cwd is None else cwd
     home = Path(os.path.expanduser("~")) if home is None else home
@@ -195,14 +200,18 @@ def load_config(
         except ValidationError as exc:
             key = ".".join(str(part) for part in exc.errors()[0]["loc"][:2])
             source = layered[key][1] if key in layered else None
-            if source is None or not lenient_env or not _shared_name(source):
+            section = key.split(".", 1)[0]
+            strict = strict_sections is None or section in strict_sections
+            if source is None or strict or not _shared_name(source):
                 raise ConfigError(_describe_validation_error(exc, layered)) from None
             # A generic name (TIME, ACCOUNT, ...) in the shell may belong to another program
-            # (GNU time reads TIME): its bad value is ignored, said, never fatal.
-            shown = HIDDEN if is_secret(FIELDS[key]) else quoted(layered[key][0])
-            ignored.append(
-                f"ignoring {source.where}={shown} from the environment: not a valid {key}"
-            )
+            # (GNU time reads TIME): its bad value is ignored, said, never fatal; not even said
+            # to a command that never reads the setting.
+            if read_sections is None or section in read_sections:
+                shown = HIDDEN if is_secret(FIELDS[key]) else quoted(layered[key][0])
+                ignored.append(
+                    f"ignoring {source.where}={shown} from the environment: not a valid {key}"
+                )
             previous = below.pop(key, None)
             if previous is None:
                 del layered[key]
@@ -271,23 +280,33 @@ class ConfigSource:
     sets: tuple[str, ...] = ()
 
     def load(
-        self, flags: Mapping[str, tuple[Any, str]] | None = None, *, submits: bool = False
+        self,
+        flags: Mapping[str, tuple[Any, str]] | None = None,
+        *,
+        submits_from: Collection[str] = (),
+        reads: Collection[str] | None = None,
     ) -> LoadedConfig:
         """The config of one command: every layer, then its `--set` assignments, then its own
         flags, which win (`flags` maps key → (value, flag); a value of None is a flag not
         given). Values keep their type (a flag's int is an int), and `config show` names the
         flag that set them. Sets the command's input cap.
 
-        A command that only reads (`submits` False) is never broken by an environment variable
-        of a shared name (TIME, ACCOUNT, PARTITION, ... without nvrx's prefix, which other
-        programs read too: GNU time's TIME=%e): a value of one that does not validate is
-        ignored with a warning. A command that submits jobs refuses it, as any bad value."""
+        A command is never broken by an environment variable of a shared name (TIME, ACCOUNT,
+        PARTITION, ... without nvrx's prefix, which other programs read too: GNU time's
+        TIME=%e) in a setting it does not build jobs from: a value of one that does not
+        validate is ignored, with a warning when the command `reads` its section (None: it
+        may read any). In the sections a command `submits_from` it is refused, as any bad
+        value: there it would decide what runs."""
         cli: dict[str, tuple[Any, str]] = dict(parse_assignments(list(self.sets)))
         for key, (value, flag) in (flags or {}).items():
             if value is not None:
                 cli[key] = (value, flag)
         loaded = load_config(
-            config_file=self.config_file, env_file=self.env_file, cli=cli, lenient_env=not submits
+            config_file=self.config_file,
+            env_file=self.env_file,
+            cli=cli,
+            strict_sections=submits_from,
+            read_sections=reads,
         )
         set_input_limit(loaded.config.limits.max_input_bytes)
         set_allowed_roots(tuple(loaded.config.limits.allowed_roots))

@@ -159,7 +159,7 @@ def inject_loop(
     if r.rerun_failing is not None:
         old = Session.open(r.rerun_failing).state()
 
-    loaded = source.load(flags, submits=True)
+    loaded = source.load(flags, submits_from=("inject", "slurm"))
     cfg = loaded.config.inject
     slurm = Slurm(loaded.config.slurm)
     if old is not None:
