@@ -402,3 +402,20 @@ def test_only_this_machine_counts_as_loopback(url: str, loopback: bool) -> None:
     from nvrx.score.judges import is_loopback
 
     assert is_loopback(url) is loopback
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://127.0.0.1:8431/v1", "http://127.0.0.1:8431/v1"),
+        # The port is what tells two local servers apart: a message must keep it.
+        ("http://judge:s3cret-pass@127.0.0.1:8431/v1", "http://127.0.0.1:8431/v1"),
+        ("http://judge@[::1]:8000/v1", "http://[::1]:8000/v1"),
+        (
+            "https://api.example.com/v1?api_key=s3cret-pass",
+            "https://api.example.com/v1?api_key=<hidden>",
+        ),
+    ],
+)
+def test_the_url_a_message_names_keeps_the_port_and_masks_credentials(url: str, shown: str) -> None:
+    assert Endpoint(url, "m").display == shown

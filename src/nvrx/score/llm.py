@@ -32,7 +32,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from pydantic import SecretStr
 
-from nvrx.config import redact_text
+from nvrx.config import redact_text, redact_urls
 from nvrx.retry import RetryPolicy
 from nvrx.score.cache import VerdictCache, cache_key
 from nvrx.score.evidence import normalise_fr_label
@@ -57,11 +57,11 @@ class Endpoint:
 
     @property
     def display(self) -> str:
-        """The base URL without any user:password part."""
+        """The base URL as printed: without any user:password part, credential query
+        parameters masked, the port kept (two servers on one host differ only by it)."""
         parts = urlsplit(self.base_url)
-        if parts.username is None and parts.password is None:
-            return self.base_url
-        return urlunsplit(parts._replace(netloc=parts.hostname or ""))
+        shown = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+        return redact_urls(shown)
 
     def redact(self, text: str) -> str:
         """Text with every secret the endpoint holds masked: a server or model may echo them."""
