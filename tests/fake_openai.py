@@ -46,11 +46,11 @@ class Seen:
 
 
 class LoopbackServer:
-    """A threaded HTTP server on 127.0.0.1 (a free port) serving `_handler()`'s requests while
-    it is entered; `base_url` is its OpenAI-style `/v1` root."""
+    """A threaded HTTP server on 127.0.0.1 (a free port, or `port`) serving `_handler()`'s
+    requests while it is entered; `base_url` is its OpenAI-style `/v1` root."""
 
-    def __init__(self) -> None:
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+    def __init__(self, port: int = 0) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self.server.daemon_threads = True
         # A short poll: shutdown() waits for the loop to notice, and every test stops a server.
         self.thread = threading.Thread(
@@ -80,13 +80,14 @@ class FakeOpenAI(LoopbackServer):
         *,
         default: Reply | None = None,
         reject_formats: tuple[str, ...] = (),
+        port: int = 0,
     ) -> None:
         self.replies: deque[Reply] = deque(replies or [])
         self.default = default or Reply(content=GOOD_ANSWER)
         self.reject_formats = reject_formats
         self.seen: list[Seen] = []
         self._lock = threading.Lock()
-        super().__init__()
+        super().__init__(port)
 
     def _next(self, body: dict[str, Any]) -> Reply:
         fmt = (body.get("response_format") or {}).get("type")

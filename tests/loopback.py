@@ -1,5 +1,6 @@
-"""A TCP listener on 127.0.0.1 for tests that need a peer which misbehaves on purpose (a proxy
-that only counts requests, a server that drips): each connection goes to `handle`."""
+"""TCP peers on 127.0.0.1 for tests that need one which misbehaves on purpose: a listener that
+hands each connection to `handle` (a proxy that only counts requests, a server that drips), a
+port nothing listens on (refused), and one that accepts nothing (a connect that times out)."""
 
 from __future__ import annotations
 
@@ -50,4 +51,35 @@ class LoopbackListener:
         self._stop.set()
         for t in self._threads:
             t.join(timeout=5)
+        self.sock.close()
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on: a connection to it is refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class NotAccepting:
+    """A loopback port whose listener accepts nothing and whose queue is full: the kernel drops
+    further connection attempts, so a client's connect waits until its own timeout (a host
+    that drops packets)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=0)
+        self.port: int = self.sock.getsockname()[1]
+        self._fillers: list[socket.socket] = []
+        for _ in range(3):  # a backlog of 0 still queues one or two
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(("127.0.0.1", self.port))  # in progress: never waited for
+            self._fillers.append(filler)
+
+    def __enter__(self) -> NotAccepting:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for filler in self._fillers:
+            filler.close()
         self.sock.close()

@@ -1,5 +1,6 @@
 """The LLM judge against a real (misbehaving on purpose) HTTP server on 127.0.0.1: retries,
-Retry-After, deadlines, format fallbacks, corrective retries, the cache, and honest `unscored`."""
+Retry-After, deadlines, format fallbacks, corrective retries, the cache, honest `unscored`, and a
+judge that is not there at all (a closed port, a port that accepts nothing)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pydantic import SecretStr
 
 from nvrx.retry import RetryPolicy
 from nvrx.score.cache import VerdictCache
-from nvrx.score.llm import Endpoint, LlmJudge, retry_after_seconds
+from nvrx.score.llm import Endpoint, LlmJudge, Unreachable, retry_after_seconds
 from nvrx.score.model import (
     ALLOWED,
     DIMENSIONS,
@@ -25,6 +26,7 @@ from nvrx.score.model import (
 )
 
 from .fake_openai import GOOD_ANSWER, FakeOpenAI, Reply
+from .loopback import NotAccepting, closed_port
 
 KEY = "sk-test-THIS-MUST-NEVER-LEAK-1234"
 
@@ -52,6 +54,43 @@ class Sleeps:
 
     async def __call__(self, seconds: float) -> None:
         self.delays.append(seconds)
+
+
+class Clock:
+    """Time that passes only when the judge sleeps: a budget of seconds is checked to the
+    second without waiting it out."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.delays: list[float] = []
+
+    def time(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.delays.append(seconds)
+        self.now += seconds
+        await asyncio.sleep(0)  # as a real sleep does, let the other requests run
+
+
+class CountingTransport(httpx.AsyncBaseTransport):
+    """The real transport, counting the requests it was handed and how many were in flight at
+    once (a refused connection leaves no trace on any listener)."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.requests = 0
+        self.active = 0
+        self.peak = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.requests += 1
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+        try:
+            return await self.inner.handle_async_request(request)
+        finally:
+            self.active -= 1
 
 
 def judge_for(
@@ -169,14 +208,123 @@ def test_a_retry_after_a_timeout_waits_longer_so_a_busy_server_can_answer() -> N
 
 
 def test_a_server_that_is_not_there_is_unscored_not_a_crash() -> None:
-    judge = LlmJudge(
-        Endpoint("http://127.0.0.1:9/v1", "m", None),
-        retry=RetryPolicy(max_retries=1),
-        sleep=Sleeps(),
-    )
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    judge = LlmJudge(Endpoint(url, "m", None), retry=RetryPolicy(max_retries=1), sleep=Sleeps())
     [v] = run(judge, [case()])
     assert v.status == "unscored"
-    assert (v.reason or "").startswith("cannot reach http://127.0.0.1:9/v1 (ConnectError)")
+    assert (v.reason or "").startswith(f"nothing answers at {url}: connection refused")
+
+
+def dead_judge(
+    url: str,
+    clock: Clock,
+    transport: CountingTransport,
+    retry: RetryPolicy,
+    *,
+    concurrency: int = 1,
+    connect_timeout: float = 3.0,
+) -> LlmJudge:
+    return LlmJudge(
+        Endpoint(url, "judge-model", SecretStr(KEY)),
+        retry=retry,
+        concurrency=concurrency,
+        client=httpx.AsyncClient(transport=transport),
+        sleep=clock.sleep,
+        clock=clock.time,
+        jitter=lambda: 1.0,
+        connect_timeout=connect_timeout,
+    )
+
+
+@pytest.mark.parametrize(
+    ("retry", "delays"),
+    [
+        # 3 s from the first refusal: the last backoff is cut to land there.
+        (RetryPolicy(max_retries=6, initial_backoff=0.75), [0.75, 1.5, 0.75]),
+        (RetryPolicy(max_retries=1), [1.0]),  # the retries run out first
+        (RetryPolicy(max_retries=0), []),
+    ],
+)
+def test_a_judge_nothing_listens_at_is_tried_for_one_case_then_given_up_for_all(
+    retry: RetryPolicy, delays: list[float]
+) -> None:
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    clock, transport = Clock(), CountingTransport()
+    judge = dead_judge(url, clock, transport, retry)
+    verdicts = run(judge, [case(n) for n in range(8)])
+    attempts = len(delays) + 1
+    assert transport.requests == attempts  # the first case's attempts, then none
+    assert clock.delays == delays
+    reason = (
+        f"nothing answers at {url}: connection refused "
+        f"({attempts} attempt(s) in {sum(delays):.1f} s)"
+    )
+    assert [(v.status, v.reason) for v in verdicts] == [("unscored", reason)] * 8
+    assert judge.unreachable == Unreachable(reason, 8)
+
+
+def test_no_request_starts_after_the_judge_is_found_unreachable() -> None:
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    clock, transport = Clock(), CountingTransport()
+    retry = RetryPolicy(max_retries=6, initial_backoff=0.75)
+    judge = dead_judge(url, clock, transport, retry, concurrency=4)
+    verdicts = run(judge, [case(n) for n in range(8)])
+    # The four requests in flight may each fail; then one of them retries (three more attempts
+    # in 3 s) while the others wait for its outcome, and the last four cases ask nothing.
+    assert transport.requests <= 4 + 3
+    assert clock.delays == [0.75, 1.5, 0.75]
+    assert judge.unreachable is not None and judge.unreachable.cases == 8
+    assert {v.reason for v in verdicts} == {judge.unreachable.reason}
+
+
+def test_a_judge_that_accepts_no_connection_is_unreachable_too() -> None:
+    clock, transport = Clock(), CountingTransport()
+    with NotAccepting() as dead:
+        url = f"http://127.0.0.1:{dead.port}/v1"
+        judge = dead_judge(url, clock, transport, RetryPolicy(max_retries=6), connect_timeout=0.2)
+        verdicts = run(judge, [case(n) for n in range(3)])
+    reason = f"nothing answers at {url}: no connection within 0.2 s (3 attempt(s) in 3.0 s)"
+    assert [v.reason for v in verdicts] == [reason] * 3
+    assert transport.requests == 3
+    assert judge.unreachable == Unreachable(reason, 3)
+
+
+def test_an_overloaded_judge_is_retried_case_by_case_and_never_given_up_for_the_run() -> None:
+    with FakeOpenAI(default=Reply(status=503)) as server:
+        retry = RetryPolicy(max_retries=2, deadline=60)
+        judge = judge_for(server, retry=retry, concurrency=1)
+        verdicts = run(judge, [case(n) for n in range(3)])
+    assert len(server.seen) == 3 * 3  # every case its own attempts
+    assert [v.reason for v in verdicts] == ["HTTP 503; gave up after 3 attempt(s)"] * 3
+    assert judge.unreachable is None
+
+
+def test_a_judge_that_answered_and_then_refuses_is_restarting_and_retried_case_by_case() -> None:
+    with FakeOpenAI() as server:
+        judge = judge_for(server, retry=RetryPolicy(max_retries=2, deadline=60), concurrency=1)
+        [first] = run(judge, [case(0)])
+    later = run(judge, [case(1), case(2)])  # the server is gone: its port refuses now
+    assert first.status == "scored"
+    gave_up = f"cannot reach {server.base_url}: connection refused; gave up after 3 attempt(s)"
+    assert [v.reason for v in later] == [gave_up] * 2
+    assert judge.unreachable is None
+
+
+def test_a_judge_given_up_on_is_asked_again_in_the_next_run() -> None:
+    # A campaign judges each experiment in a run of its own: a server started since the last
+    # one is used, not written off for the rest of the campaign.
+    port = closed_port()
+    judge = LlmJudge(
+        Endpoint(f"http://127.0.0.1:{port}/v1", "m", None),
+        retry=RetryPolicy(max_retries=0),
+        sleep=Sleeps(),
+    )
+    [gone] = run(judge, [case(0)])
+    assert judge.unreachable is not None
+    with FakeOpenAI(port=port):
+        [back] = run(judge, [case(1)])
+    assert gone.status == "unscored" and back.status == "scored"
+    assert judge.unreachable is None
 
 
 def test_auth_errors_fail_fast() -> None:
@@ -304,28 +452,13 @@ def test_a_400_that_is_not_about_the_format_fails_with_the_servers_message_and_i
 
 
 def test_concurrency_is_bounded() -> None:
-    active = 0
-    peak = 0
-
-    class Counting(httpx.AsyncBaseTransport):
-        def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
-            self.inner = inner
-
-        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-            nonlocal active, peak
-            active += 1
-            peak = max(peak, active)
-            try:
-                return await self.inner.handle_async_request(request)
-            finally:
-                active -= 1
-
+    transport = CountingTransport()
     with FakeOpenAI(default=Reply(content=GOOD_ANSWER, delay=0.2)) as server:
-        client = httpx.AsyncClient(transport=Counting(httpx.AsyncHTTPTransport()))
+        client = httpx.AsyncClient(transport=transport)
         judge = LlmJudge(Endpoint(server.base_url, "m", None), concurrency=3, client=client)
         verdicts = run(judge, [case(n) for n in range(9)])
     assert all(v.status == "scored" for v in verdicts)
-    assert peak == 3
+    assert transport.peak == 3
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,9 @@ What upstream lacked, in order of a request's life:
   `Retry-After`, up to `max_retries` and a deadline (a Retry-After past the deadline — a daily
   quota — gives up at once); each retry after a timeout waits twice as long for its answer;
   auth errors and other 4xx fail at once;
+- a judge that has never answered and cannot be connected to (refused, a name that does not
+  resolve, nothing accepting) is retried by one request for CONNECT_GRACE, then given up for the
+  whole run: every other case is unscored with the same reason and no request starts after;
 - an answer that is not valid is retried once with a corrective message;
 - whatever cannot be recovered is an `unscored` verdict with the reason: never a default score.
 The API key goes in the Authorization header only; it is never in a message, reason or file.
@@ -22,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -146,7 +150,54 @@ def _about_format(reply: _Reply) -> bool:
     return any(word in text for word in _FORMAT_WORDS)
 
 
-CONNECT_GRACE = 3.0  # seconds a judge that never answered may refuse connections
+# A judge that has never answered and cannot be connected to is most likely not there at all (a
+# wrong URL, a server not started): it is retried for CONNECT_GRACE from the first failed connect,
+# one request at a time, then given up for the run, not waited for the whole retry deadline by
+# every case. Once it has answered, a refused connection is a restart: retried with the policy.
+CONNECT_GRACE = 3.0  # seconds: no retry of a judge never reached starts later than this
+CONNECT_TIMEOUT = 3.0  # seconds a connection is given to be accepted (a host dropping packets)
+
+
+def _connect_cause(exc: httpx.TransportError, connect_timeout: float) -> str:
+    """Why no connection was made, in a few words: refused, a host name that does not resolve,
+    nothing accepting in time, else the system's message."""
+    if isinstance(exc, httpx.ConnectTimeout):
+        return f"no connection within {connect_timeout:g} s"
+    seen: BaseException | None = exc
+    for _ in range(8):  # httpx wraps the socket's error in a few layers
+        if seen is None:
+            break
+        if isinstance(seen, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(seen, socket.gaierror):
+            return f"host name not resolved ({seen.strerror})"
+        seen = seen.__cause__ or seen.__context__
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+@dataclass(frozen=True, slots=True)
+class Unreachable:
+    """A judge given up on for a run: `reason` is the `unscored` reason of each of the `cases`
+    it left without a verdict."""
+
+    reason: str
+    cases: int
+
+
+@dataclass(eq=False)
+class _Run:
+    """What the requests of one `judge_all` share. Whether the judge can be reached is the
+    run's: a campaign judges each experiment in a run of its own, and the server may have been
+    started since the last one."""
+
+    client: httpx.AsyncClient
+    gate: asyncio.Semaphore
+    # Held by the one request that retries a judge no request has reached yet: the others wait
+    # for its outcome rather than each knocking at a dead port.
+    probe: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # When the run's first attempt that made no connection began: CONNECT_GRACE counts from it.
+    unconnected_since: float | None = None
+    unreachable: str | None = None  # the reason, once given up
 
 
 class LlmJudge:
@@ -164,6 +215,8 @@ class LlmJudge:
         client: httpx.AsyncClient | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         jitter: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.monotonic,
+        connect_timeout: float = CONNECT_TIMEOUT,
     ) -> None:
         self.endpoint = endpoint
         self.max_tokens = max_tokens
@@ -176,14 +229,13 @@ class LlmJudge:
         self._client = client
         self._sleep = sleep
         self._jitter = jitter
+        self._clock = clock
+        self.connect_timeout = connect_timeout
         self._format = 0  # index into FORMATS; only ever steps down
         self.notes: list[str] = []  # things the run should tell the user (format fallbacks)
         self.usage = Usage()
-        # Until the server has answered once, a refused connection means nothing listens there
-        # (a wrong URL, a server not started): said within CONNECT_GRACE, not after the whole
-        # retry deadline; and once said, every other request of the run fails at once.
-        self._answered = False
-        self._unreachable: str | None = None
+        self._answered = False  # the server has answered a request (any HTTP status), ever
+        self.unreachable: Unreachable | None = None  # the last run's, when it gave up
 
     @property
     def name(self) -> str:
@@ -197,41 +249,44 @@ class LlmJudge:
         self, cases: Sequence[Case], done: Callable[[int], None] | None = None
     ) -> list[Verdict]:
         """Every case's verdict, at most `concurrency` in flight; `done` is called with the
-        case's index as each arrives (a progress bar)."""
-        gate = asyncio.Semaphore(self.concurrency)
+        case's index as each arrives (a progress bar). A judge given up on as unreachable is
+        `unreachable` afterwards, with the number of cases it left unscored."""
+        self.unreachable = None
         own = self._client is None
         client = self._client or httpx.AsyncClient(
             limits=httpx.Limits(max_connections=self.concurrency)
         )
+        run = _Run(client, asyncio.Semaphore(self.concurrency))
         try:
 
             async def one(i: int, case: Case) -> Verdict:
-                verdict = await self.judge(case, client, gate)
+                verdict = await self.judge(case, run)
                 if done is not None:
                     done(i)
                 return verdict
 
-            return list(await asyncio.gather(*(one(i, c) for i, c in enumerate(cases))))
+            verdicts = list(await asyncio.gather(*(one(i, c) for i, c in enumerate(cases))))
+            if run.unreachable is not None:
+                reason = self.endpoint.redact(run.unreachable)
+                left = sum(v.status == "unscored" and v.reason == reason for v in verdicts)
+                self.unreachable = Unreachable(reason, left)
+            return verdicts
         finally:
             if own:
                 await client.aclose()
 
-    async def judge(
-        self, case: Case, client: httpx.AsyncClient, gate: asyncio.Semaphore
-    ) -> Verdict:
+    async def judge(self, case: Case, run: _Run) -> Verdict:
         """The case's verdict; whatever goes wrong is this case's `unscored`, never the run's
         crash (the other cases' paid answers are kept)."""
-        started = time.monotonic()
+        started = self._clock()
         try:
-            return await self._judge(case, client, gate)
+            return await self._judge(case, run)
         except Exception as exc:
             return self._unscored(
                 case, f"judge error: {type(exc).__name__}: {exc}", started, Usage()
             )
 
-    async def _judge(
-        self, case: Case, client: httpx.AsyncClient, gate: asyncio.Semaphore
-    ) -> Verdict:
+    async def _judge(self, case: Case, run: _Run) -> Verdict:
         if case.problem is not None:
             return unscored_verdict(case, self.name, case.problem, model=self.endpoint.model)
         if not case.truth.run_valid:
@@ -247,13 +302,13 @@ class LlmJudge:
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
             return self._verdict(case, hit.answer, 0.0, Usage(), cache_hit=True)
 
-        started = time.monotonic()
+        started = self._clock()
         usage = Usage()
-        async with gate:
+        async with run.gate:
             conversation = list(messages)
             for attempt in (1, 2):
                 try:
-                    completion = await self._complete(client, conversation)
+                    completion = await self._complete(run, conversation)
                 except JudgeFailure as exc:
                     return self._unscored(case, str(exc), started, usage + exc.usage)
                 usage += completion.usage
@@ -289,7 +344,7 @@ class LlmJudge:
                 note = f"cannot write the verdict cache {self.cache.root}: {exc.strerror or exc}"
                 if note not in self.notes:
                     self.notes.append(note)
-        return self._verdict(case, answer, time.monotonic() - started, usage, cache_hit=False)
+        return self._verdict(case, answer, self._clock() - started, usage, cache_hit=False)
 
     def _unscored(self, case: Case, reason: str, started: float, usage: Usage) -> Verdict:
         self.usage += usage
@@ -298,7 +353,7 @@ class LlmJudge:
             self.name,
             self.endpoint.redact(reason),
             model=self.endpoint.model,
-            latency_s=time.monotonic() - started,
+            latency_s=self._clock() - started,
             usage=usage,
         )
 
@@ -347,84 +402,121 @@ class LlmJudge:
             headers["Authorization"] = f"Bearer {self.endpoint.api_key.get_secret_value()}"
         return headers
 
-    async def _complete(
-        self, client: httpx.AsyncClient, messages: list[dict[str, str]]
-    ) -> _Completion:
+    def _backoff(self, failures: int) -> float:
+        return self.retry.backoff(failures, lambda low, high: low + (high - low) * self._jitter())
+
+    async def _complete(self, run: _Run, messages: list[dict[str, str]]) -> _Completion:
         """One chat completion, through format fallback and transient retries."""
         policy = self.retry
-        started = time.monotonic()
+        started = self._clock()
         deadline = started + policy.deadline
         failures = 0
         timeout = self.timeout
         usage = Usage()
-        while True:
-            fmt = self.response_format
-            retry_after: float | None = None
-            usage += Usage(requests=1)
-            try:
-                # A total deadline per request: httpx's timeouts are per read, and a server
-                # that sends a byte every few seconds would never trip them.
-                reply = await asyncio.wait_for(self._post(client, messages, timeout), timeout)
-            except _ReplyTooLarge:
-                cap = self.max_reply_bytes
-                raise JudgeFailure(
-                    f"the reply is larger than {cap} bytes (score.max_reply_bytes)", usage
-                ) from None
-            except (httpx.TimeoutException, TimeoutError):
-                problem = f"no answer within {timeout:g} s"
-                # A busy server (a local one with fewer slots than our requests in flight)
-                # queues work: resending it with the same timeout would only cancel and
-                # redo it. Each retry after a timeout waits twice as long, within the deadline.
-                timeout = max(self.timeout, min(2 * timeout, deadline - time.monotonic()))
-            except httpx.ConnectError as exc:
-                problem = f"cannot reach {self.endpoint.display} ({type(exc).__name__})"
-                if not self._answered:
-                    if self._unreachable is None and time.monotonic() - started >= CONNECT_GRACE:
-                        self._unreachable = (
-                            f"nothing answers at {self.endpoint.display} ({type(exc).__name__}) "
-                            f"after {failures + 1} attempt(s) in {CONNECT_GRACE:g} s"
-                        )
-                    if self._unreachable is not None:
-                        raise JudgeFailure(self._unreachable, usage) from None
-            except httpx.TransportError as exc:
-                problem = f"cannot reach {self.endpoint.display} ({type(exc).__name__})"
-            else:
-                self._answered = True
-                status = reply.status
-                if status == 200:
-                    completion = self._read(reply)
-                    if completion is not None:
-                        completion.usage = completion.usage + usage
-                        return completion
-                    problem = "HTTP 200 with a body that is not a chat completion"
-                elif status in (401, 403):
+        probing = False  # this request holds run.probe: it alone retries a judge not reached
+        try:
+            while True:
+                if not probing and run.unconnected_since is not None and not self._answered:
+                    await run.probe.acquire()
+                    probing = True
+                if probing:
+                    if run.unreachable is not None:
+                        raise JudgeFailure(run.unreachable, usage)
+                    if self._answered:  # another request got through while this one waited
+                        run.probe.release()
+                        probing = False
+                fmt = self.response_format
+                retry_after: float | None = None
+                unconnected: str | None = None  # why this attempt made no connection
+                attempt_started = self._clock()
+                usage += Usage(requests=1)
+                try:
+                    # A total deadline per request: httpx's timeouts are per read, and a server
+                    # that sends a byte every few seconds would never trip them.
+                    reply = await asyncio.wait_for(
+                        self._post(run.client, messages, timeout), timeout
+                    )
+                except _ReplyTooLarge:
+                    cap = self.max_reply_bytes
                     raise JudgeFailure(
-                        f"authentication failed (HTTP {status}) at {self.endpoint.display}",
+                        f"the reply is larger than {cap} bytes (score.max_reply_bytes)", usage
+                    ) from None
+                except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                    unconnected = _connect_cause(exc, min(self.connect_timeout, timeout))
+                    problem = f"cannot reach {self.endpoint.display}: {unconnected}"
+                except (httpx.TimeoutException, TimeoutError):
+                    problem = f"no answer within {timeout:g} s"
+                    # A busy server (a local one with fewer slots than our requests in flight)
+                    # queues work: resending it with the same timeout would only cancel and
+                    # redo it. Each retry after a timeout waits twice as long, within the
+                    # deadline.
+                    timeout = max(self.timeout, min(2 * timeout, deadline - self._clock()))
+                except httpx.TransportError as exc:
+                    problem = f"cannot reach {self.endpoint.display} ({type(exc).__name__})"
+                else:
+                    self._answered = True
+                    status = reply.status
+                    if status == 200:
+                        completion = self._read(reply)
+                        if completion is not None:
+                            completion.usage = completion.usage + usage
+                            return completion
+                        problem = "HTTP 200 with a body that is not a chat completion"
+                    elif status in (401, 403):
+                        raise JudgeFailure(
+                            f"authentication failed (HTTP {status}) at {self.endpoint.display}",
+                            usage,
+                        )
+                    elif status == 429 or status >= 500:
+                        problem = f"HTTP {status}"
+                        retry_after = retry_after_seconds(reply.headers.get("Retry-After"))
+                    elif status in (400, 422) and fmt != "text" and _about_format(reply):
+                        self._step_down(fmt, status)
+                        continue
+                    else:
+                        text = _error_text(reply, self.endpoint.redact)
+                        raise JudgeFailure(f"HTTP {status}: {text}", usage)
+                failures += 1
+                if unconnected is not None and not self._answered:
+                    if run.unconnected_since is None:
+                        run.unconnected_since = attempt_started
+                    if not probing:
+                        await run.probe.acquire()
+                        probing = True
+                    if run.unreachable is not None:
+                        raise JudgeFailure(run.unreachable, usage)
+                if probing and (unconnected is None or self._answered):
+                    run.probe.release()  # the judge is there: every request retries on its own
+                    probing = False
+                if probing:
+                    assert unconnected is not None and run.unconnected_since is not None
+                    now = self._clock()
+                    give_up_at = min(run.unconnected_since + CONNECT_GRACE, deadline)
+                    if policy.exhausted(failures) or now >= give_up_at:
+                        run.unreachable = (
+                            f"nothing answers at {self.endpoint.display}: {unconnected} "
+                            f"({failures} attempt(s) in {now - run.unconnected_since:.1f} s)"
+                        )
+                        raise JudgeFailure(run.unreachable, usage)
+                    # The last retry lands at the grace's end rather than giving up before it.
+                    await self._sleep(min(self._backoff(failures), give_up_at - now))
+                    continue
+                if policy.exhausted(failures):
+                    raise JudgeFailure(f"{problem}; gave up after {failures} attempt(s)", usage)
+                delay = self._backoff(failures)
+                if retry_after is not None:
+                    delay = max(delay, retry_after)
+                if self._clock() + delay > deadline:
+                    raise JudgeFailure(
+                        f"{problem}; retry deadline of {policy.deadline:g} s reached "
+                        f"after {failures} attempt(s)"
+                        + (f" (Retry-After {retry_after:g} s)" if retry_after is not None else ""),
                         usage,
                     )
-                elif status == 429 or status >= 500:
-                    problem = f"HTTP {status}"
-                    retry_after = retry_after_seconds(reply.headers.get("Retry-After"))
-                elif status in (400, 422) and fmt != "text" and _about_format(reply):
-                    self._step_down(fmt, status)
-                    continue
-                else:
-                    text = _error_text(reply, self.endpoint.redact)
-                    raise JudgeFailure(f"HTTP {status}: {text}", usage)
-            failures += 1
-            if policy.exhausted(failures):
-                raise JudgeFailure(f"{problem}; gave up after {failures} attempt(s)", usage)
-            delay = policy.backoff(failures, lambda low, high: low + (high - low) * self._jitter())
-            if retry_after is not None:
-                delay = max(delay, retry_after)
-            if time.monotonic() + delay > deadline:
-                raise JudgeFailure(
-                    f"{problem}; retry deadline of {policy.deadline:g} s reached "
-                    f"after {failures} attempt(s)"
-                    + (f" (Retry-After {retry_after:g} s)" if retry_after is not None else ""),
-                    usage,
-                )
-            await self._sleep(delay)
+                await self._sleep(delay)
+        finally:
+            if probing:
+                run.probe.release()
 
     def _step_down(self, fmt: str, status: int) -> None:
         if self.response_format == fmt:  # another request may have stepped already
@@ -445,7 +537,9 @@ class LlmJudge:
             self.endpoint.url,
             json=self._body(messages),
             headers=self._headers(),
-            timeout=timeout,
+            # A connection is accepted in milliseconds or not at all: waiting the whole answer
+            # timeout for one would only delay saying that nothing answers.
+            timeout=httpx.Timeout(timeout, connect=min(self.connect_timeout, timeout)),
         ) as response:
             async for chunk in response.aiter_bytes():
                 body += chunk
