@@ -315,7 +315,7 @@ def test_reanalyze_with_a_judge_that_cannot_answer_exits_3(tmp_path: Path) -> No
     )  # fmt: skip
     assert proc.returncode == 3, proc.stderr
     assert "4 experiment(s) unscored after re-analysis" in proc.stderr
-    assert "cannot reach http://127.0.0.1:9/v1" in proc.stdout
+    assert "nothing answers at http://127.0.0.1:9/v1: connection refused" in proc.stdout
 
 
 def test_a_judge_that_cannot_be_built_fails_before_a_session_is_created(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from nvrx.inject.window import Window
 
 from .cli_runner import nvrx as nvrx_in_process
 from .fake_openai import GOOD_ANSWER, FakeOpenAI, Reply
+from .loopback import closed_port
 
 KEY = "sk-live-NEVER-PRINT-ME-9f8e7d"
 STOP = "STOP - DONT RESTART IMMEDIATE"
@@ -320,30 +321,58 @@ def test_a_judge_that_cannot_answer_is_unscored_never_a_default(
         assert v["status"] == "unscored"
         assert v["reason"] == "HTTP 500; gave up after 2 attempt(s)"
         assert "restart_correct" not in v
+    assert len(server.seen) == 2 * 2  # overloaded, not unreachable: every experiment retried
+    assert "unreachable" not in proc.stderr
     assert KEY not in proc.stdout + proc.stderr
 
 
-def test_a_judge_url_where_nothing_listens_fails_within_seconds(
-    tmp_path: Path, session: Session
-) -> None:
-    import socket
-    import time
-
-    with socket.socket() as probe:  # a loopback port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    started = time.monotonic()
+def dead_judge_run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], int]:
+    """`nvrx score` of a session of 8 experiments with a judge URL (credentials in it) where
+    nothing listens, one request at a time, 2 retries a case; and the port."""
+    session = make_session(
+        tmp_path, [("SEGFAULT", r, good(r, "Segmentation fault"), fr(r)) for r in range(8)]
+    )
+    port = closed_port()
     proc = nvrx(
-        str(session.dir), "--judge", "llm", "--base-url", f"http://127.0.0.1:{port}/v1", "--json",
-        "--no-cache", cwd=tmp_path, env={"JUDGE_API_KEY": KEY},
+        str(session.dir), "--judge", "llm:m", "--base-url",
+        f"http://judge:s3cret-pass@127.0.0.1:{port}/v1", "--concurrency", "1", "--no-cache",
+        "--set", "score.max_retries=2", "--set", "score.retry_initial_backoff=0.05", *args,
+        cwd=tmp_path, env={"JUDGE_API_KEY": KEY},
     )  # fmt: skip
-    took = time.monotonic() - started
+    assert "s3cret-pass" not in proc.stdout + proc.stderr
+    return proc, port
+
+
+def test_a_judge_nothing_listens_at_is_said_once_not_once_per_experiment(tmp_path: Path) -> None:
+    proc, port = dead_judge_run(tmp_path)
     assert proc.returncode == 3
-    reasons = {c["verdict"]["reason"] for c in json.loads(proc.stdout)["cases"]}
-    (reason,) = reasons
-    assert reason.startswith(f"nothing answers at http://127.0.0.1:{port}/v1 (ConnectError)")
-    # The default retry deadline is 600 s: a refused connection must not wait it out.
-    assert took < 15, took
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(
+        f"nvrx: error: judge llm:m unreachable: nothing answers at http://127.0.0.1:{port}/v1: "
+        "connection refused (3 attempt(s) in "
+    )
+    assert line.endswith(" s); 8 experiments left unscored")
+    # The answer keeps its row per experiment; why they are unscored is not repeated below it.
+    out = proc.stdout.splitlines()
+    assert sum(row.endswith("judge unreachable") for row in out) == 8
+    assert [row for row in out if row.startswith("unscored ")] == []
+    assert "8 case(s) unscored: no verdict" in out
+    # The first experiment's attempts (max_retries + 1), then no request for the other seven.
+    assert "judge calls: 3 request(s), 0 prompt + 0 completion tokens, 0 cache hit(s)" in out
+
+
+def test_a_judge_nothing_listens_at_under_json_leaves_every_experiment_unscored_with_why(
+    tmp_path: Path,
+) -> None:
+    proc, port = dead_judge_run(tmp_path, "--json")
+    assert proc.returncode == 3
+    doc = json.loads(proc.stdout)
+    assert doc["exit_code"] == 3
+    assert doc["summary"]["unscored"] == 8 and doc["summary"]["usage"]["requests"] == 3
+    (reason,) = {c["verdict"]["reason"] for c in doc["cases"]}
+    assert reason.startswith(f"nothing answers at http://127.0.0.1:{port}/v1: connection refused")
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("nvrx: error: ") and reason in line
 
 
 def test_a_key_file_readable_by_others_gets_a_warning_naming_the_file(

@@ -12,7 +12,7 @@ from typing import Any
 from nvrx.config import ConfigSource
 from nvrx.contract import write_document
 from nvrx.score.model import ScoreError
-from nvrx.terminal import Output, note, stderr, stdout, warn, write_outputs
+from nvrx.terminal import Output, error_line, note, stderr, stdout, warn, write_outputs
 
 
 def _score_with_progress(judges: list[Any], cases: list[Any], *, live: bool) -> list[Any]:
@@ -168,9 +168,15 @@ def score_command(
              lambda: page(cases, verdicts, summary, label))
         )  # fmt: skip
     write_outputs(outputs, inputs)
+    # A judge that could not be reached is said once, after the answer, not once per case.
+    unreachable = [(j.name, j.unreachable) for j in judges if j is not None and j.unreachable]
     if request.as_json:
         doc = report.as_json(cases, verdicts, summary, label)
         write_document(doc, doc.pop("exit_code"))
     else:
-        render(stdout(), cases, verdicts, summary, label)
+        told = [u.reason for _, u in unreachable]
+        render(stdout(), cases, verdicts, summary, label, unreachable=told)
+    for name, u in unreachable:
+        left = f"{u.cases} experiment{'' if u.cases == 1 else 's'} left unscored"
+        error_line(f"judge {name} unreachable: {u.reason}; {left}")
     return summary.exit_code

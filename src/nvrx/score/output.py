@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -65,6 +65,15 @@ def _capped(lines: Sequence[str], what: str) -> list[str]:
     return [*lines[:TABLE_ROWS], f"... and {len(lines) - TABLE_ROWS} more {what}"]
 
 
+def for_unreachable(verdict: Verdict, unreachable: Collection[str]) -> bool:
+    """Whether the verdict is unscored only because a judge could not be reached (one of the
+    `unreachable` reasons): the command says that once, not once per case."""
+    if verdict.status != "unscored" or not unreachable:
+        return False
+    failed = [v for v in verdict.judges or [verdict] if v.status == "unscored"]
+    return all(v.reason in unreachable for v in failed)
+
+
 def render(
     out: Console,
     cases: Sequence[Case],
@@ -73,7 +82,10 @@ def render(
     judge: str,
     changed_means: str = CHANGED_SCORE,
     every_case_in: str = EVERY_CASE_SCORE,
+    unreachable: Collection[str] = (),
 ) -> None:
+    """The table and what follows it. A case unscored for one of the `unreachable` reasons
+    (said once, on stderr) keeps its row but gets no line of its own below."""
     # Cases of one session are named within it (the session is said once, above): a name never
     # folds mid-word for the sake of a prefix they all share.
     sessions = {c.id.rpartition("/")[0] for c in cases}
@@ -90,7 +102,9 @@ def render(
     shown = listed_rows(verdicts)
     for i in shown:
         case, name, v = cases[i], names[i], verdicts[i]
-        notes = "(see below)" if v.status == "unscored" else (v.notes or "")
+        notes = v.notes or ""
+        if v.status == "unscored":
+            notes = "judge unreachable" if for_unreachable(v, unreachable) else "(see below)"
         if v.cache_hit:
             notes = f"(cached) {notes}"
         table.add_row(
@@ -145,7 +159,7 @@ def render(
         unscored = [
             f"unscored {case.id}: {v.reason}"
             for case, v in zip(cases, verdicts, strict=True)
-            if v.status == "unscored"
+            if v.status == "unscored" and not for_unreachable(v, unreachable)
         ]
         for line in _capped(unscored, "unscored case(s)"):
             out.print(Text(printable(line), style="red"))
