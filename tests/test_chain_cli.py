@@ -32,6 +32,7 @@ def sbatch(cwd: Path) -> str:
     return os.path.join(slurm_settings(cwd).get("NVRX_SLURM_BIN_DIR", ""), "sbatch")
 
 
+REPO = Path(__file__).resolve().parents[1]
 REHEARSAL = ["--launcher", "/bin/true", "--set", "chain.train_command=/bin/true"]
 
 
@@ -152,12 +153,21 @@ def test_bad_input_is_one_line_naming_the_value(
     assert message in proc.stderr
 
 
-def test_a_missing_megatron_on_bare_metal_is_refused(shared_dir: Path) -> None:
-    proc = nvrx(
-        "submit-chain", "--dry-run", "--set", "chain.megatron_path=/nowhere", cwd=shared_dir
-    )
+def test_a_missing_megatron_on_bare_metal_is_refused_but_a_dry_run_still_previews(
+    shared_dir: Path,
+) -> None:
+    # A login node often has no Megatron checkout: the dry run shows its plan with a note.
+    base = ["submit-chain", "--work-dir", str(shared_dir / "w"), "--launcher", "/bin/true"]
+    missing = ["--set", "chain.megatron_path=/nowhere"]
+    preview = nvrx(*base, "--dry-run", *missing, cwd=shared_dir)
+    assert preview.returncode == 0, preview.stderr
+    assert "nvrx: note: bare metal run but /nowhere/pretrain_gpt.py not found" in preview.stderr
+    assert "(a submission refuses this)" in preview.stderr
+    assert "[dry-run] " in preview.stdout
+    proc = nvrx(*base, *missing, cwd=shared_dir)
     assert proc.returncode == 2
-    assert "/nowhere/pretrain_gpt.py not found" in proc.stderr
+    assert proc.stderr.startswith("nvrx: error: bare metal run but /nowhere/pretrain_gpt.py")
+    assert not (shared_dir / "w").exists()
 
 
 def test_extend_without_a_manifest_says_so(shared_dir: Path) -> None:
@@ -347,3 +357,125 @@ def test_a_shared_environment_name_blocks_a_chain_only_where_the_chain_reads_it(
     bad = nvrx_in_process(*base, env={**env, "PARTITION": "a b"}, cwd=shared_dir)
     assert bad.returncode == 2
     assert "bad value for slurm.partition: 'a b' (from env PARTITION)" in bad.stderr
+
+
+def test_a_fault_aimed_outside_the_world_is_refused_before_anything_runs(
+    shared_dir: Path,
+) -> None:
+    # One training task of one node with 2 GPUs: ranks 0-1. Rank 2 would never fault, and
+    # the warning would say the chain stops after one cycle while it trains on.
+    base = ["submit-chain", "--dry-run", "--work-dir", str(shared_dir / "w"), *REHEARSAL]
+    shape = ["--train-tasks", "1", "--set", "slurm.gpus_per_node=2"]
+    demo = ["--set", "chain.no_restart_demo=true"]
+    proc = nvrx(*base, *shape, *demo, "--set", "chain.fault_ranks=2", cwd=shared_dir)
+    assert proc.returncode == 2
+    assert "chain.fault_ranks names rank 2, but the world has ranks 0-1" in proc.stderr
+    assert "[dry-run]" not in proc.stdout
+    assert (
+        nvrx(*base, *shape, *demo, "--set", "chain.fault_ranks=1", cwd=shared_dir).returncode == 0
+    )
+    # A fault that is off aims at nothing: its rank is not checked.
+    assert nvrx(*base, *shape, "--set", "chain.fault_ranks=9", cwd=shared_dir).returncode == 0
+    gpu = nvrx(*base, *shape, "--set", "chain.inject_gpu_failure=1:0,2:1", cwd=shared_dir)
+    assert gpu.returncode == 2
+    assert "chain.inject_gpu_failure '2:1' names infra rank 1" in gpu.stderr
+    bad = nvrx(*base, "--set", "chain.fault_ranks=two", cwd=shared_dir)
+    assert bad.returncode == 2 and "bad value for chain.fault_ranks: 'two'" in bad.stderr
+
+
+def test_every_shape_of_the_rehearsal_demo_can_fault() -> None:
+    # The README's demo chain: its fault rank exists in the smallest world it can have.
+    import yaml
+
+    rehearsal = yaml.safe_load((REPO / "examples" / "rehearsal" / "nvrx.yaml").read_text())
+    ranks = [int(r) for r in str(rehearsal["chain"]["fault_ranks"]).split(",")]
+    assert max(ranks) < rehearsal["slurm"]["gpus_per_node"]  # one training node's ranks
+
+
+def faulty_config(where: Path) -> Path:
+    where.mkdir(parents=True, exist_ok=True)
+    path = where / "nvrx.yaml"
+    path.write_text(
+        "chain:\n  launcher: [/bin/true]\n  train_command: [/bin/true]\n"
+        "  no_restart_demo: true\n  fault_ranks: '0'\n"
+    )
+    return path
+
+
+def test_faults_from_a_config_file_nobody_named_are_never_submitted(shared_dir: Path) -> None:
+    # `cd examples/rehearsal && nvrx submit-chain ...` picks up ./nvrx.yaml: its demo is no
+    # choice of the user's. Named on the first line, refused for a real submission.
+    here = shared_dir / "example"
+    found = faulty_config(here)
+    work = ["--work-dir", str(shared_dir / "w")]
+    proc = nvrx("submit-chain", *work, cwd=here)
+    assert proc.returncode == 2
+    lines = proc.stderr.splitlines()
+    assert lines[0] == (
+        f"nvrx: note: reading settings from {found}, found by the search (not named by "
+        "--config or NVRX_CONFIG)"
+    )
+    assert lines[1].startswith("WARNING: this chain injects faults into itself: the no-restart")
+    assert lines[2] == (
+        f"nvrx: error: chain.no_restart_demo turns fault injection on from {found}, a config "
+        "file found in the search, not named: name it with --config, or pass --allow-faults to "
+        "submit a chain that faults itself"
+    )
+    assert not (shared_dir / "w").exists()
+    # A dry run shows what it would do (with both lines first); nothing is submitted anyway.
+    preview = nvrx("submit-chain", *work, "--dry-run", cwd=here)
+    assert preview.returncode == 0, preview.stderr
+    assert preview.stderr.splitlines()[0].startswith("nvrx: note: reading settings from ")
+    # Only a command that submits says where its settings came from.
+    shown = nvrx("config", "show", cwd=here)
+    assert shown.returncode == 0 and "reading settings" not in shown.stderr
+
+
+@pytest.mark.parametrize("extra", [[], ["--json"]])
+def test_the_fault_warning_is_the_first_line_whatever_comes_after(
+    shared_dir: Path, extra: list[str]
+) -> None:
+    named = faulty_config(shared_dir / "cfg")
+    proc = nvrx(
+        "submit-chain", "--dry-run", "--config", str(named), "--work-dir", str(shared_dir / "w"),
+        *extra, cwd=shared_dir,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.startswith("WARNING: this chain injects faults into itself: ")
+
+
+def test_a_dry_run_writes_the_script_it_would_submit_where_asked(shared_dir: Path) -> None:
+    preview = shared_dir / "preview.sbatch"
+    base = ["submit-chain", "--dry-run", "--work-dir", str(shared_dir / "w"), *REHEARSAL]
+    proc = nvrx(*base, "--write-script", str(preview), cwd=shared_dir)
+    assert proc.returncode == 0, proc.stderr
+    text = preview.read_text()
+    assert text.startswith("#!/bin/bash\n") and "NVRX_CHAIN_ID=" in text
+    assert f"nvrx: note: wrote {preview}" in proc.stderr
+    assert not (shared_dir / "w").exists()
+    doc = json.loads(nvrx(*base, "--json", cwd=shared_dir).stdout)
+    assert len(doc["script_sha256"]) == 64
+    # Only a rehearsal writes it there (a submission writes it into the work dir), and never
+    # over one of the command's inputs.
+    real = nvrx("submit-chain", *REHEARSAL, "--write-script", str(preview), cwd=shared_dir)
+    assert real.returncode == 2 and "--write-script writes the script a --dry-run" in real.stderr
+    config = faulty_config(shared_dir / "cfg")
+    before = config.read_text()
+    over = nvrx(*base, "--config", str(config), "--write-script", str(config), cwd=shared_dir)
+    assert over.returncode == 2 and str(config) in over.stderr
+    assert config.read_text() == before
+
+
+def test_the_summary_and_manifest_say_whether_the_drain_poller_runs(shared_dir: Path) -> None:
+    base = ["submit-chain", "--dry-run", "--work-dir", str(shared_dir / "w"), *REHEARSAL]
+    spares = nvrx(*base, cwd=shared_dir)
+    assert (
+        "Drain poller: on (auto: 4 spare task(s) can take a drained task's place, sinfo every "
+        "300 s)" in spares.stdout
+    )
+    alone = nvrx(*base, "--hot-spares", "0", "--cold-spares", "0", "--json", cwd=shared_dir)
+    assert json.loads(alone.stdout)["drain_poller"] == (
+        "off (auto: no spare task to take a drained task's place)"
+    )
+    forced = nvrx(*base, "--set", "chain.drain_poll=off", cwd=shared_dir)
+    assert "Drain poller: off (chain.drain_poll=off)" in forced.stdout

@@ -124,7 +124,7 @@ def test_markup_in_values_is_shown_as_typed(tmp_path: Path) -> None:
         "config",
         "show",
         "--set",
-        "chain.fault_ranks=[/x]",
+        "chain.fault_types=[/x]",
         env={"HOME": str(tmp_path)},
         cwd=tmp_path,
     )

@@ -192,3 +192,21 @@ def test_sbatch_parsable(stdout: str, job_id: str, cluster: str | None) -> None:
 def test_sbatch_without_an_id_is_an_error(stdout: str) -> None:
     with pytest.raises(SlurmParseError, match="no job id"):
         parse_sbatch_parsable(stdout)
+
+
+def test_a_test_only_answer_says_when_and_where_without_a_job_id() -> None:
+    from nvrx.slurm.parse import parse_test_only
+
+    answer = parse_test_only(
+        "sbatch: Job 94 to start at 1796676862 using 4 processors on nodes n1 in partition main\n"
+    )
+    assert answer.start == datetime(2026, 12, 7, 20, 54, 22, tzinfo=UTC)
+    assert (answer.nodes, answer.partition, answer.processors) == ("n1", "main", 4)
+    # The id of a job that does not exist is never shown: it would be looked up.
+    assert answer.describe() == (
+        "would start at 2026-12-07 20:54:22 UTC on n1 (partition main, 4 processors)"
+    )
+    assert "94" not in answer.describe()
+    other = parse_test_only("sbatch: some newer wording\n")
+    assert other.start is None and other.describe() == "some newer wording"
+    assert parse_test_only("").describe() == "feasible"

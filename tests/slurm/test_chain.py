@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -361,9 +362,20 @@ def test_validate_asks_slurm_and_writes_nothing(work_root: Path) -> None:
     proc = nvrx("--validate", "-K", "2", *NO_FAULTS, work=work)
     assert proc.returncode == 0, proc.stderr
     notes = [ln for ln in proc.stdout.splitlines() if ln.startswith("generation ")]
-    assert len(notes) == 2 and all("to start at" in ln for ln in notes)
+    # When, in UTC, and on which nodes; never the epoch seconds nvrx asks Slurm for, nor the
+    # id of a job that does not exist.
+    assert [ln.split(":")[0] for ln in notes] == ["generation 0", "generation 1"]
+    for line in notes:
+        assert re.fullmatch(
+            r"generation \d: would start at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC on n\S+ "
+            r"\(partition \S+, \d+ processors\)",
+            line,
+        ), line
+        assert "Job " not in line
     steps = [ln for ln in proc.stdout.splitlines() if ln.startswith("Checked generation")]
-    assert steps == [f"Checked generation {i} of 2 (--test-only)" for i in (1, 2)]  # as they come
+    assert steps == [  # as they come, numbered as the generations are
+        f"Checked generation {i} ({i + 1} of 2) with sbatch --test-only" for i in (0, 1)
+    ]
     assert not work.exists()
 
     proc = nvrx("--validate", "-K", "1", "--nodes-per-task", "9", *NO_FAULTS, work=work)
@@ -389,9 +401,14 @@ def test_cancel_removes_exactly_its_chain_and_names_are_not_shared_by_accident(
     b_ids = [g["job_id"] for g in b["generations"]]
     proc = nvrx("--cancel", "--json", work=work_root / "a")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["live"] == a_ids
+    assert json.loads(proc.stdout)["cancelled"] == a_ids
     wait_for(lambda: not live(slurm.queue(a_ids)), what="chain A cancelled")
     assert {r.array_job_id for r in live(slurm.queue(b_ids))} == set(b_ids)
+    # The summary says what it ended, never that the cancelled jobs are still queued.
+    text = nvrx("--cancel", work=work_root / "b")
+    assert text.returncode == 0, text.stderr
+    assert f"Cancelled (were queued or running): {' '.join(b_ids)}" in text.stdout
+    assert "Queued or running:" not in text.stdout
 
     # The cancelled chain's work dir can start a new chain; the old record is kept.
     c = submit(
@@ -634,3 +651,53 @@ def test_a_stale_marker_from_an_earlier_allocation_is_ignored(
         what="the stale marker replaced by this allocation's",
     )
     assert (drain_dir / f"admit.{task1.job_id}").exists()
+
+
+def test_the_fault_warning_comes_before_any_generation_is_queued(
+    slurm: Slurm, work_root: Path
+) -> None:
+    # The rehearsal's demo, submitted for real (held: nothing runs). Both streams into one, in
+    # the order a terminal shows them: the warning first, then each generation as it queues.
+    work = work_root / "warned"
+    proc = subprocess.run(
+        [sys.executable, "-m", "nvrx.cli", "submit-chain", "--config", str(REHEARSAL),
+         "--work-dir", str(work), "-K", "2", "--", "--hold"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("WARNING: this chain injects faults into itself: the no-restart")
+    assert [ln.split(":")[0] for ln in lines if ln.startswith("Submitted")] == [
+        "Submitted generation 0",
+        "Submitted generation 1",
+    ]
+    assert "Drain poller: on (auto: " in proc.stdout
+
+
+def test_a_found_config_submits_its_faults_only_with_allow_faults(
+    slurm: Slurm, work_root: Path
+) -> None:
+    here = work_root / "example"
+    here.mkdir()
+    found = here / "nvrx.yaml"
+    text = REHEARSAL.read_text()
+    for name in ("./ft_launcher.py", "./worker.py"):  # the copy runs the example's programs
+        text = text.replace(name, str(REHEARSAL.parent / name[2:]))
+    found.write_text(text)
+    argv = [sys.executable, "-m", "nvrx.cli", "submit-chain", "--work-dir",
+            str(work_root / "allowed"), "-K", "1", "--json"]  # fmt: skip
+
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*argv, *extra, "--", "--hold"], capture_output=True, text=True,
+                              cwd=here, timeout=300, check=False)  # fmt: skip
+
+    refused = run()
+    assert refused.returncode == 2 and "pass --allow-faults" in refused.stderr
+    assert json.loads(refused.stdout)["ok"] is False
+    allowed = run("--allow-faults")
+    assert allowed.returncode == 0, allowed.stderr
+    assert allowed.stderr.splitlines()[0] == (
+        f"nvrx: note: reading settings from {found}, found by the search (not named by "
+        "--config or NVRX_CONFIG)"
+    )
+    assert len(json.loads(allowed.stdout)["generations"]) == 1

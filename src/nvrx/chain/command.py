@@ -9,7 +9,7 @@ from typing import NoReturn
 
 from nvrx.config import ConfigSource
 from nvrx.contract import write_document
-from nvrx.terminal import CommandError, stderr, stdout
+from nvrx.terminal import CommandError, stderr, stdout, write_outputs
 
 
 def submit_chain(
@@ -22,6 +22,8 @@ def submit_chain(
     extend: bool,
     cancel: bool,
     share_name: bool,
+    allow_faults: bool,
+    write_script: Path | None,
     as_json: bool,
     extra_args: Sequence[str],
     source: ConfigSource,
@@ -39,9 +41,16 @@ def submit_chain(
 
     if sum((dry_run or validate, extend, cancel)) > 1:
         error("choose one of --dry-run/--validate, --extend and --cancel", 2)
+    if write_script is not None and not (dry_run or validate):
+        error(
+            "--write-script writes the script a --dry-run or --validate would submit; a "
+            "submission writes it into the work dir (nvrx_singleton_array.sbatch)",
+            2,
+        )
     if extend or cancel:
         given = [flag for value, flag in shape_flags.values() if value is not None]
         given += ["--share-name"] * share_name + ["--set"] * bool(source.sets)
+        given += ["--allow-faults"] * allow_faults
         given += ["-- ARGS"] * bool(extra_args)
         if cancel and depth is not None:
             given.append("-K")
@@ -60,7 +69,12 @@ def submit_chain(
     # A chain is built from chain.* and slurm.*; it never reads inject.* (GNU time's TIME=%e).
     loaded = source.load(flags, submits_from=("chain", "slurm"), reads=("chain", "slurm", "limits"))
     slurm = Slurm(loaded.config.slurm)
-    progress = None if as_json else (lambda msg: stdout().print(msg))
+    progress = None if as_json else (lambda msg: stdout().print(msg, markup=False))
+
+    def announce(warning: str) -> None:
+        # First, and on stderr: neither --json nor a pipe hides it, and it comes before any job.
+        stderr().print(warning, markup=False, style="bold red", highlight=False)
+
     if loaded.config.chain.dry_run and not (extend or cancel or validate):
         dry_run = True  # upstream's NVRX_DRY_RUN=1
     try:
@@ -68,7 +82,11 @@ def submit_chain(
             report = cancel_chain(loaded.config.chain.work_dir, slurm)
         elif extend:
             report = extend_chain(
-                loaded.config.chain.work_dir, slurm, depth=depth, progress=progress
+                loaded.config.chain.work_dir,
+                slurm,
+                depth=depth,
+                progress=progress,
+                announce=announce,
             )
         else:
             report = submit_new(
@@ -78,13 +96,17 @@ def submit_chain(
                 dry_run=dry_run,
                 validate=validate,
                 share_name=share_name,
+                allow_faults=allow_faults,
                 argv=sys.argv,
                 progress=progress,
+                announce=announce,
             )
     except OSError as exc:
         error(f"{exc.filename or 'file'}: {exc.strerror}", 2)
-    if report.fault_warning:  # first, and on stderr: neither --json nor a pipe hides it
-        stderr().print(report.fault_warning, markup=False, style="bold red", highlight=False)
+    if write_script is not None and report.script_text is not None:
+        text = report.script_text
+        inputs = [p for p in (loaded.config_file, loaded.env_file) if p is not None]
+        write_outputs([(write_script, "--write-script", lambda: text)], inputs)
     code = 0 if report.ok else 1
     if as_json:
         write_document(report.to_json(), code)

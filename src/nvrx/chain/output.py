@@ -19,9 +19,14 @@ def print_report(report: ChainReport, out: Console, err: Console) -> None:
     for argv in report.planned:
         say(f"[dry-run] {shlex.join(argv)}")
     if report.planned:
-        say(f"script (not written): {m.script}")
+        say(f"script (not written; --write-script FILE to read it): {m.script}")
+    for index, answer in enumerate(report.test_only):
+        say(f"generation {index}: {answer.describe()}")
     for note in report.notes:
-        say(note)
+        if note.startswith("note: "):  # a note is for the person, not the answer: stderr
+            err.print(f"nvrx: {note}", markup=False, highlight=False)
+        else:
+            say(note)
     planned = not report.written
     count = m.depth if planned else len(m.generations)
     say(f"Chain {m.chain_id}: {count} generation(s) of {m.job_name!r} (singleton)")
@@ -31,10 +36,13 @@ def print_report(report: ChainReport, out: Console, err: Console) -> None:
         "per task)"
     )
     say(f"Launcher: --nnodes {s['nnodes']}; world size {s['world_size']} GPUs")
+    say(f"Drain poller: {m.shape.get('drain_poller') or 'unknown (an older manifest)'}")
     if not planned:
         say("Generations: " + (" ".join(f"{g.index}:{g.job_id}" for g in m.generations) or "none"))
         if report.live is not None:
             say(f"Queued or running: {' '.join(report.live) or 'none'}")
+        if report.cancelled is not None:
+            say(f"Cancelled (were queued or running): {' '.join(report.cancelled) or 'none'}")
         say(f"Manifest: {m.work_dir}/chain.json")
         if report.action != "cancelled":
             where = shlex.quote(m.work_dir)

@@ -126,6 +126,49 @@ def fault_warning(settings: Mapping[str, Mapping[str, Any]]) -> str | None:
     return "WARNING: this chain injects faults into itself: " + "; ".join(faults)
 
 
+def _numbers(text: str) -> list[int]:
+    return [int(word) for word in text.replace(",", " ").split()]
+
+
+def check_fault_targets(chain: ChainSettings, shape: ArrayShape) -> None:
+    """Every fault the chain injects must hit something that exists: a workload fault's ranks
+    lie in the training world (0 .. world size - 1), a GPU failure's infra rank among the
+    training nodes. A fault aimed past them never fires, and the chain trains on while its
+    warning says it faults (the README's own demo once did)."""
+    faults = effective_faults(chain)
+    world = shape.world_size
+    if faults.fault_inject:
+        outside = [rank for rank in _numbers(chain.fault_ranks) if rank >= world]
+        if outside:
+            raise ChainError(
+                f"chain.fault_ranks names rank {outside[0]}, but the world has ranks 0-{world - 1} "
+                f"(world size {world}: {shape.min_nodes} training node(s) × "
+                f"{shape.gpus_per_node} GPU(s)); the fault would never fire"
+            )
+    for pair in filter(None, (p.strip() for p in faults.inject_gpu_failure.split(","))):
+        infra_rank = int(pair.split(":")[1])
+        if infra_rank >= shape.min_nodes:
+            raise ChainError(
+                f"chain.inject_gpu_failure {pair!r} names infra rank {infra_rank}, but the chain "
+                f"trains on {shape.min_nodes} node(s) (infra ranks 0-{shape.min_nodes - 1}); "
+                "the failure would never fire"
+            )
+
+
+def drain_poller_state(chain: ChainSettings, shape: ArrayShape) -> str:
+    """`on` or `off`, and why, for the summary and the manifest (watch reads the first word)."""
+    spares = shape.hot_spares + shape.cold_spares
+    on = drain_poll_enabled(chain, shape)
+    if chain.drain_poll != "auto":
+        why = f"chain.drain_poll={chain.drain_poll}"
+    elif on:
+        why = f"auto: {spares} spare task(s) can take a drained task's place"
+    else:
+        why = "auto: no spare task to take a drained task's place"
+    every = f", sinfo every {chain.drain_poll_interval} s" if on else ""
+    return f"{'on' if on else 'off'} ({why}{every})"
+
+
 def drain_poll_enabled(chain: ChainSettings, shape: ArrayShape) -> bool:
     """Whether the generation runs the drain poller: `auto` is on when the chain has spares to
     take a drained task's place, and off when a drained task could only end the generation."""

@@ -40,6 +40,8 @@ from nvrx.chain.manifest import (
 )
 from nvrx.chain.script import (
     SCRIPT_NAME,
+    check_fault_targets,
+    drain_poller_state,
     effective_faults,
     fault_warning,
     model_layout,
@@ -49,7 +51,7 @@ from nvrx.chain.script import (
 from nvrx.chain.shape import ArrayShape, ChainError, check_work_dir
 from nvrx.config import LoadedConfig, redact_argv
 from nvrx.files import InputError, read_bounded, write_atomic
-from nvrx.slurm import Slurm, SlurmError, SubmitOptions
+from nvrx.slurm import Slurm, SlurmError, SubmitOptions, TestOnlyAnswer
 from nvrx.slurm.options import check_name
 
 Say = Callable[[str], None]
@@ -75,6 +77,9 @@ class ChainReport:
     notes: list[str] = field(default_factory=list)
     error: str | None = None
     finish_command: list[str] | None = None
+    script_text: str | None = None  # the rendered script, for a rehearsal's --write-script
+    test_only: list[TestOnlyAnswer] = field(default_factory=list)  # --validate's answers
+    cancelled: list[str] | None = None  # what --cancel found queued or running and cancelled
 
     @property
     def ok(self) -> bool:
@@ -111,6 +116,19 @@ class ChainReport:
             "generations": [g.model_dump(mode="json") for g in m.generations],
             "submitted_now": [g.job_id for g in self.submitted],
             "live": self.live,
+            "cancelled": self.cancelled,
+            "drain_poller": m.shape.get("drain_poller"),
+            "test_only": [
+                {
+                    "generation": index,
+                    "start": a.start.isoformat() if a.start else None,
+                    "nodes": a.nodes,
+                    "partition": a.partition,
+                    "processors": a.processors,
+                    "answer": a.describe(),
+                }
+                for index, a in enumerate(self.test_only)
+            ],
             "planned_sbatch": [shlex.join(a) for a in self.planned],
             "notes": self.notes,
         }
@@ -198,14 +216,31 @@ def _absolute_commands(loaded: LoadedConfig) -> LoadedConfig:
     return replace(loaded, config=loaded.config.model_copy(update={"chain": fixed}))
 
 
-def _check_programs(loaded: LoadedConfig, work_dir: Path) -> list[str]:
+def _check_programs(loaded: LoadedConfig, work_dir: Path, *, rehearsing: bool) -> list[str]:
     """Bare metal: what the nodes will run must exist (on the shared filesystem) already.
-    Returns notes for the operator."""
+    Returns notes for the operator. A rehearsal only notes a missing program: a dry run on a
+    login node without Megatron's files still shows the plan and the script."""
+    notes = _programs_missing(loaded, work_dir)
+    if notes and not rehearsing:
+        raise ChainError(notes[0])
+    return [f"note: {n} (a submission refuses this)" for n in notes] + _launcher_notes(loaded)
+
+
+def _launcher_notes(loaded: LoadedConfig) -> list[str]:
+    chain = loaded.config.chain
+    launcher = chain.launcher[0]
+    if chain.container_image or "/" in launcher or shutil.which(launcher) is not None:
+        return []
+    return [f"note: launcher {launcher!r} is not on this host's PATH; the nodes need it"]
+
+
+def _programs_missing(loaded: LoadedConfig, work_dir: Path) -> list[str]:
+    """What a submission refuses: the first program the nodes would miss, or nothing."""
     chain = loaded.config.chain
     notes: list[str] = []
     if chain.container_image:
         if not _mounted(work_dir, chain.container_mounts):
-            raise ChainError(
+            notes.append(
                 f"work dir {work_dir} is not mounted at the same path in the container "
                 f"(chain.container_mounts={chain.container_mounts!r}): the no-restart flag, "
                 "cycle-info files and checkpoints would be written where no one reads them"
@@ -214,20 +249,17 @@ def _check_programs(loaded: LoadedConfig, work_dir: Path) -> list[str]:
     if chain.train_command:
         first = chain.train_command[0]
         if "/" in first and not Path(first).is_file():
-            raise ChainError(f"training script {first} not found (chain.train_command)")
+            notes.append(f"training script {first} not found (chain.train_command)")
     else:
         script = Path(chain.megatron_path) / "pretrain_gpt.py"
         if not script.is_file():
-            raise ChainError(
+            notes.append(
                 f"bare metal run but {script} not found: set chain.megatron_path, a container "
                 "image, or chain.train_command"
             )
     launcher = chain.launcher[0]
-    if "/" in launcher:
-        if not (Path(launcher).is_file() and os.access(launcher, os.X_OK)):
-            raise ChainError(f"launcher {launcher} is not an executable file (chain.launcher)")
-    elif shutil.which(launcher) is None:
-        notes.append(f"note: launcher {launcher!r} is not on this host's PATH; the nodes need it")
+    if "/" in launcher and not (Path(launcher).is_file() and os.access(launcher, os.X_OK)):
+        notes.append(f"launcher {launcher} is not an executable file (chain.launcher)")
     return notes
 
 
@@ -276,16 +308,25 @@ def submit_new(
     dry_run: bool = False,
     validate: bool = False,
     share_name: bool = False,
+    allow_faults: bool = False,
     argv: Sequence[str] = (),
     progress: Say | None = None,
+    announce: Say | None = None,
 ) -> ChainReport:
-    """Build a new chain in the configured work dir (dry-run and validate write nothing)."""
+    """Build a new chain in the configured work dir (dry-run and validate write nothing).
+    `announce` gets the fault warning before anything is asked of Slurm or submitted."""
     loaded = _absolute_commands(loaded)
     chain = loaded.config.chain
-    shape = shape_of(loaded)
-    work_dir = check_work_dir(chain.work_dir)
-    notes = _check_programs(loaded, work_dir)
     rehearsing = dry_run or validate
+    warning = fault_warning(settings_record(loaded))
+    if warning is not None and announce is not None:
+        announce(warning)
+    shape = shape_of(loaded)
+    check_fault_targets(chain, shape)
+    if warning is not None and not rehearsing and not allow_faults:
+        _check_faults_chosen(loaded)
+    work_dir = check_work_dir(chain.work_dir)
+    notes = _check_programs(loaded, work_dir, rehearsing=rehearsing)
     try:
         # A rehearsal's checks of Slurm are advisory (a note when they fail): one attempt each,
         # so a dry run with the controller down prints its plan in seconds, not minutes.
@@ -314,6 +355,7 @@ def submit_new(
 
     if rehearsing:
         report = ChainReport("validated" if validate else "dry-run", manifest, shape, notes=notes)
+        report.script_text = text
         _check_name_free(slurm, job_name, share_name, notes, strict=False)
         for index in range(chain.depth):
             opts = replace(options, comment=chain_comment(chain_id, index))
@@ -324,10 +366,12 @@ def submit_new(
                 probe.write_text(text, encoding="utf-8")
                 for index in range(chain.depth):
                     opts = replace(options, comment=chain_comment(chain_id, index))
-                    answer = slurm.test_submit(opts, script=probe)
-                    report.notes.append(f"generation {index}: {answer}")
+                    report.test_only.append(slurm.test_submit(opts, script=probe))
                     if progress is not None:  # one Slurm call each: say so as they come
-                        progress(f"Checked generation {index + 1} of {chain.depth} (--test-only)")
+                        progress(
+                            f"Checked generation {index} ({index + 1} of {chain.depth}) with "
+                            "sbatch --test-only"
+                        )
         return report
 
     _check_name_free(slurm, job_name, share_name, notes, strict=True)
@@ -341,6 +385,33 @@ def submit_new(
         report = ChainReport("submitted", manifest, shape, notes=notes)
         _submit_generations(slurm, manifest, chain.depth, report, progress)
     return report
+
+
+# The settings that turn a fault on (the rest only say how it behaves).
+FAULT_SWITCHES = ("chain.no_restart_demo", "chain.fault_inject", "chain.inject_gpu_failure")
+
+
+def _check_faults_chosen(loaded: LoadedConfig) -> None:
+    """A real submission injects faults only when the user chose them: every switch that is on
+    comes from a layer they named (--config, NVRX_CONFIG, an env file, the environment, --set, a
+    flag), or --allow-faults says so. A config file found by the search is no such choice: `cd
+    examples/rehearsal` would otherwise submit its demo."""
+    found = [
+        key
+        for key in FAULT_SWITCHES
+        if loaded.value(key) and loaded.origins[key].layer == "file" and loaded.config_found
+    ]
+    if found:
+        raise ChainError(
+            f"{found[0]} turns fault injection on from {loaded.config_file}, a config file found "
+            "in the search, not named: name it with --config, or pass --allow-faults to submit "
+            "a chain that faults itself"
+        )
+
+
+def settings_record(loaded: LoadedConfig) -> dict[str, dict[str, Any]]:
+    """Every effective setting with its source, as the manifest keeps them."""
+    return {key: {"value": v, "source": str(o)} for key, v, o in loaded.rows()}
 
 
 def _check_name_free(
@@ -404,11 +475,12 @@ def _new_manifest(
         depth=chain.depth,
         shape={
             **shape_summary(shape),
+            "drain_poller": drain_poller_state(chain, shape),
             "effective_faults": asdict(effective_faults(chain)),
             "model": asdict(model_layout(chain, shape)),
         },
         submit_options=submit_options,
-        settings={key: {"value": v, "source": str(o)} for key, v, o in loaded.rows()},
+        settings=settings_record(loaded),
         submitter=Submitter(
             user=Slurm.current_user(),
             host=socket.gethostname(),
@@ -521,11 +593,20 @@ def _load_for_update(work_dir: Path) -> ChainManifest:
 
 
 def extend(
-    work_dir: Path, slurm: Slurm, *, depth: int | None = None, progress: Say | None = None
+    work_dir: Path,
+    slurm: Slurm,
+    *,
+    depth: int | None = None,
+    progress: Say | None = None,
+    announce: Say | None = None,
 ) -> ChainReport:
-    """Top the chain up to `depth` (default: the manifest's) queued or running generations."""
+    """Top the chain up to `depth` (default: the manifest's) queued or running generations.
+    `announce` gets the chain's fault warning before anything is submitted."""
     with work_dir_lock(Path(os.path.realpath(work_dir))):
         manifest = _load_for_update(work_dir)
+        warning = fault_warning(manifest.settings)
+        if warning is not None and announce is not None:
+            announce(warning)
         script = Path(manifest.script)
         try:
             current = script_sha256(read_bounded(script, "generation script")[0].decode("utf-8"))
@@ -563,7 +644,9 @@ def cancel(work_dir: Path, slurm: Slurm) -> ChainReport:
         manifest = _load_for_update(work_dir)
         report = ChainReport("cancelled", manifest, _shape_from(manifest))
         reconcile(manifest, slurm, report.notes)
-        report.live = _live_generations(manifest, slurm)
+        # What was queued or running is what this cancel ends; asking the queue again at once
+        # would still show them, on their way out.
+        report.cancelled = _live_generations(manifest, slurm)
         if manifest.job_ids:
             argv = slurm.cancel(manifest.job_ids)
             report.notes.append("ran: " + shlex.join(argv))

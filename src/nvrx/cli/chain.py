@@ -45,6 +45,21 @@ def submit_chain_cmd(
     share_name: Annotated[
         bool, typer.Option("--share-name", help="Allow a job name that live jobs already use.")
     ] = False,
+    allow_faults: Annotated[
+        bool,
+        typer.Option(
+            "--allow-faults",
+            help="Submit a chain that injects faults even when they come from a config file "
+            "found in the search (./nvrx.yaml), not named.",
+        ),
+    ] = False,
+    write_script: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="With --dry-run or --validate: write the generation script there to read.",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     config: ConfigOpt = None,
     env_file: EnvFileOpt = None,
@@ -74,6 +89,8 @@ def submit_chain_cmd(
             extend=extend_,
             cancel=cancel_,
             share_name=share_name,
+            allow_faults=allow_faults,
+            write_script=write_script,
             as_json=as_json,
             extra_args=ctx.args,
             source=config_source(config, env_file, set_),

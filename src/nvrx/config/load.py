@@ -20,7 +20,7 @@ from nvrx.config.shellwords import parse_env_file
 from nvrx.display import did_you_mean, printable
 from nvrx.files import InputError, read_bounded, set_allowed_roots, set_input_limit
 from nvrx.limits import CONFIG_FILE_LIMIT
-from nvrx.terminal import warn
+from nvrx.terminal import note, warn
 
 
 def read_config_text(path: Path, what: str) -> str:
@@ -56,6 +56,10 @@ class LoadedConfig:
     origins: Mapping[str, Origin]
     config_file: Path | None = None
     env_file: Path | None = None
+    # The config file was found by the search (./nvrx.yaml, ~/.config/nvrx/config.yaml), not
+    # named by --config or NVRX_CONFIG: a command that submits says so, and what it turns on
+    # is not an explicit choice (a `cd` into an example folder picks up its demo).
+    config_found: bool = False
     # Environment values under a shared name that did not validate, each said once (`ignored`).
     ignored: tuple[str, ...] = ()
 
@@ -219,7 +223,9 @@ def load_config(
                 layered[key] = previous
 
     origins = {key: layered[key][1] if key in layered else Origin("default") for key in FIELDS}
-    return LoadedConfig(config, origins, yaml_path, env_file, tuple(ignored))
+    named = config_file is not None or bool(environ.get("NVRX_CONFIG", "").strip())
+    found = yaml_path is not None and not named
+    return LoadedConfig(config, origins, yaml_path, env_file, found, tuple(ignored))
 
 
 def _shared_name(origin: Origin) -> bool:
@@ -308,6 +314,12 @@ class ConfigSource:
             strict_sections=submits_from,
             read_sections=reads,
         )
+        if submits_from and loaded.config_found and loaded.config_file is not None:
+            # Before anything else: what this file sets decides what gets submitted.
+            note(
+                f"reading settings from {loaded.config_file.resolve()}, found by the search "
+                "(not named by --config or NVRX_CONFIG)"
+            )
         set_input_limit(loaded.config.limits.max_input_bytes)
         set_allowed_roots(tuple(loaded.config.limits.allowed_roots))
         for line in loaded.ignored:

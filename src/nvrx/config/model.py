@@ -171,7 +171,12 @@ class ChainSettings(_Section):
         False, description="the no-restart demo: a fault, then exit 93 after one cycle"
     )
     fault_inject: bool = Field(False, description="workload fault injection on/off")
-    fault_ranks: str = Field("2", description="rank(s) that get the workload fault")
+    fault_ranks: str = Field(
+        "2",
+        # Checked here: Megatron's fault injector reads a comma-separated list of global ranks.
+        pattern=r"^\s*(\d+(\s*,\s*\d+)*)?\s*$",
+        description="rank(s) that get the workload fault (comma-separated)",
+    )
     fault_delay: int = Field(60, ge=0, description="seconds before the workload fault")
     fault_types: str = Field("async_exc", description="workload fault types")
     inject_gpu_failure: str = Field(

@@ -25,7 +25,14 @@ if TYPE_CHECKING:
     from nvrx.slurm.hostlist import compress, expand
     from nvrx.slurm.ids import JobRef, TaskIndices, parse_job_ref, parse_task_indices
     from nvrx.slurm.options import SubmitOptions
-    from nvrx.slurm.parse import AccountingRow, DrainedNode, PartitionNodes, QueueRow, Submission
+    from nvrx.slurm.parse import (
+        AccountingRow,
+        DrainedNode,
+        PartitionNodes,
+        QueueRow,
+        Submission,
+        TestOnlyAnswer,
+    )
     from nvrx.slurm.states import ExitStatus, JobState
 
 # Where each name lives: imported on first use, so that importing one module of the package
@@ -50,6 +57,7 @@ _WHERE = {
     "SlurmUnavailable": "nvrx.slurm.errors",
     "SlurmValueError": "nvrx.slurm.errors",
     "Submission": "nvrx.slurm.parse",
+    "TestOnlyAnswer": "nvrx.slurm.parse",
     "SubmitOptions": "nvrx.slurm.options",
     "TaskIndices": "nvrx.slurm.ids",
     "compress": "nvrx.slurm.hostlist",
@@ -79,6 +87,7 @@ __all__ = [
     "Submission",
     "SubmitOptions",
     "TaskIndices",
+    "TestOnlyAnswer",
     "compress",
     "expand",
     "parse_job_ref",

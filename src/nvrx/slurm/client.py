@@ -48,6 +48,7 @@ from nvrx.slurm.parse import (
     PartitionNodes,
     QueueRow,
     Submission,
+    TestOnlyAnswer,
     parse_drained_nodes,
     parse_node_names,
     parse_sacct,
@@ -56,6 +57,7 @@ from nvrx.slurm.parse import (
     parse_show_config,
     parse_sinfo,
     parse_squeue,
+    parse_test_only,
 )
 from nvrx.slurm.runner import (
     CommandExecutor,
@@ -317,15 +319,14 @@ class Slurm:
         assert script is not None
         return [*argv, str(script), *script_args]
 
-    def test_submit(self, options: SubmitOptions, *, script: Path) -> str:
+    def test_submit(self, options: SubmitOptions, *, script: Path) -> TestOnlyAnswer:
         """`sbatch --test-only`: whether and when Slurm would start the job; creates nothing.
 
-        Returns sbatch's answer ("Job N to start at ..."); an infeasible request raises
-        SlurmPolicyError ("Requested node configuration is not available").
+        Returns when and where it would start; an infeasible request raises SlurmPolicyError
+        ("Requested node configuration is not available").
         """
         result = self.executor.run(self.sbatch_argv(options, script=script, test_only=True))
-        lines = [ln.strip() for ln in (result.stderr + result.stdout).splitlines() if ln.strip()]
-        return lines[-1].removeprefix("sbatch: ") if lines else "feasible"
+        return parse_test_only(result.stderr + "\n" + result.stdout)
 
     # --- squeue ----------------------------------------------------------------------------
 

@@ -467,3 +467,52 @@ def parse_sbatch_parsable(stdout: str) -> Submission:
     if m is None:
         raise SlurmParseError(f"sbatch printed no job id: {lines[-1]!r}")
     return Submission(m.group(1), m.group(2))
+
+
+# sbatch --test-only's answer: "Job 94 to start at 1796655681 using 4 processors on nodes n1 in
+# partition main" (the time in epoch seconds: the adapter sets SLURM_TIME_FORMAT=%s).
+_TEST_ONLY_RE = re.compile(
+    r"Job \d+ to start at (\S+)(?: using (\d+) processors)?(?: on nodes (\S+))?"
+    r"(?: in partition (\S+))?"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TestOnlyAnswer:
+    """When and where Slurm would start a job (`sbatch --test-only`). Its job id is left out:
+    no such job exists, and an id that looks real would be looked up."""
+
+    __test__ = False  # not a pytest class, whatever its name
+
+    start: datetime | None
+    processors: int | None = None
+    nodes: str | None = None
+    partition: str | None = None
+    text: str = ""  # sbatch's line as printed, for an answer of another form
+
+    def describe(self) -> str:
+        """`would start at 2026-12-07 20:54:22 UTC on n1 (partition main, 4 processors)`."""
+        if self.start is None:
+            return self.text or "feasible"
+        where = f" on {self.nodes}" if self.nodes else ""
+        extra = [f"partition {self.partition}"] if self.partition else []
+        if self.processors is not None:
+            extra.append(f"{self.processors} processors")
+        tail = f" ({', '.join(extra)})" if extra else ""
+        return f"would start at {self.start:%Y-%m-%d %H:%M:%S} UTC{where}{tail}"
+
+
+def parse_test_only(text: str) -> TestOnlyAnswer:
+    """sbatch --test-only's stdout+stderr: its last non-empty line, parsed when it has the
+    usual form (any other line is kept as text)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    last = lines[-1].removeprefix("sbatch: ") if lines else ""
+    m = _TEST_ONLY_RE.match(last)
+    try:
+        start = parse_slurm_time(m.group(1)) if m else None
+    except SlurmParseError:
+        start = None
+    if m is None or start is None:
+        return TestOnlyAnswer(None, text=_text(last))
+    processors = int(m.group(2)) if m.group(2) else None
+    return TestOnlyAnswer(start.astimezone(UTC), processors, m.group(3), m.group(4), _text(last))
