@@ -1,10 +1,12 @@
-"""The verdict table at a terminal: every case while it can be read, then the ones to look at."""
+"""The verdicts as people read them: the table at a terminal (every case while it can be read,
+then the ones to look at) and the page (`score --html`)."""
 
 from __future__ import annotations
 
 from rich.console import Console
 
 from nvrx.campaign.pool import FaultType
+from nvrx.score.html import page
 from nvrx.score.model import Case, GroundTruth, Verdict
 from nvrx.score.output import EVERY_CASE_SCORE, TABLE_ROWS, render
 from nvrx.score.report import summarise
@@ -13,8 +15,11 @@ PASS = {"restart_correct": "true", "rank_primary": "true", "rank_any": "true",
         "fault_described": "true", "fr_rank_correct": "rank"}  # fmt: skip
 
 
-def _table(count: int, failing: set[int], unscored: frozenset[int] | set[int] = frozenset()) -> str:
-    cases, verdicts = [], []
+def _verdicts(
+    count: int, failing: set[int], unscored: frozenset[int] | set[int] = frozenset()
+) -> tuple[list[Case], list[Verdict]]:
+    cases: list[Case] = []
+    verdicts: list[Verdict] = []
     for i in range(count):
         cases.append(
             Case(
@@ -31,6 +36,11 @@ def _table(count: int, failing: set[int], unscored: frozenset[int] | set[int] = 
         dims = {**PASS, "rank_any": "false"} if i in failing else PASS
         verdicts.append(Verdict.model_validate({"case": cases[-1].id, "status": "scored",
                                                 "judge": "j", **dims}))  # fmt: skip
+    return cases, verdicts
+
+
+def _table(count: int, failing: set[int], unscored: frozenset[int] | set[int] = frozenset()) -> str:
+    cases, verdicts = _verdicts(count, failing, unscored)
     out = Console(record=True, width=200, color_system=None)
     render(out, cases, verdicts, summarise(verdicts), "rules")
     return out.export_text()
@@ -60,3 +70,25 @@ def test_never_more_rows_than_a_table_holds_and_every_further_line_is_counted() 
     unscored_lines = [line for line in lines if line.startswith("unscored s/")]
     assert len(unscored_lines) == TABLE_ROWS
     assert f"... and {153 - TABLE_ROWS} more unscored case(s)" in text
+
+
+def test_the_page_names_the_session_once_and_each_row_by_its_experiment() -> None:
+    cases, verdicts = _verdicts(3, {1}, unscored={2})
+    text = page(cases, verdicts, summarise(verdicts), "rules")
+    assert "<p>Session <code>s</code>: 3 cases: 2 scored, 0 invalid, 1 unscored." in text
+    assert [f"<td><code>case{i:05d}</code></td>" in text for i in range(3)] == [True] * 3
+    assert "s/case" not in text
+    one_case, one_verdict = _verdicts(1, set())
+    assert "<p>Session <code>s</code>: 1 case: 1 scored" in page(
+        one_case, one_verdict, summarise(one_verdict), "rules"
+    )
+
+
+def test_the_page_lets_no_column_shrink_below_its_longest_word() -> None:
+    # "resta|rt", "unsco|red": a fixed layout and `overflow-wrap:anywhere` let a narrow window
+    # break words; the table keeps its words whole and scrolls in its box when it must.
+    # (tests/test_report_browser.py checks every word on the page as laid out.)
+    cases, verdicts = _verdicts(2, {1})
+    text = page(cases, verdicts, summarise(verdicts), "rules")
+    assert "anywhere" not in text and "table-layout:fixed" not in text
+    assert "<div class='wide'><table class='verdicts'>" in text

@@ -52,3 +52,9 @@ def some_of(names: Iterable[str], limit: int = 12) -> str:
     listed = list(names)
     shown = ", ".join(printable(n[:80]) for n in listed[:limit])
     return f"{shown}, and {len(listed) - limit} more" if len(listed) > limit else shown
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """`1 cycle`, `2 cycles`, `0 cycles`: a count with its noun in the right number (`plural`
+    for a noun that is not made plural by an `s`)."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
