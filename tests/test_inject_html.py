@@ -19,7 +19,7 @@ from nvrx.campaign.pool import Experiment, FaultType
 from nvrx.campaign.session import Record
 from nvrx.inject import html
 from nvrx.inject.report import REPORT_HTML, write_html, write_reports
-from nvrx.inject.rows import Change, Row
+from nvrx.inject.rows import Change, Row, Stop, stop_rule
 from nvrx.score.model import DIMENSIONS, Case, GroundTruth, Verdict
 
 from .conftest import SCORE_DEMO
@@ -32,6 +32,8 @@ FETCHES = re.compile(
     r"""<iframe|<object|<embed|<base|<link""",
     re.IGNORECASE,
 )
+
+NOT_YET = Stop(False, "not yet", stop_rule())
 
 
 def demo_copy(tmp_path: Path) -> Path:
@@ -73,7 +75,7 @@ def test_nothing_from_a_log_or_a_judge_becomes_markup() -> None:
     record = Record(0, Experiment(FaultType("SEGFAULT"), 1, 5, 2), Path("/s/n2_SEGFAULT_r1_i5"))
     row = Row(record, case, Verdict.model_validate({**verdict(), "case": "c1", "notes": hostile}))
     evidence = html.Evidence(excerpt=hostile, attribution=hostile, fr_table=hostile)
-    page = html.page(Path("/s"), [row], (False, hostile), [evidence], None)
+    page = html.page(Path("/s"), [row], Stop(False, hostile, stop_rule()), [evidence], None)
     assert "<script" not in page and "<img" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
 
@@ -125,7 +127,7 @@ def test_a_1000_experiment_page_stays_under_5_mb() -> None:
         [],
         [],
     )
-    page = html.page(Path("/s"), rows, (False, "not yet"), evidences, trend)
+    page = html.page(Path("/s"), rows, NOT_YET, evidences, trend)
     assert page.count("<details") == 1000
     assert len(page.encode()) < 5_000_000
 
@@ -225,7 +227,7 @@ def test_a_10000_experiment_page_stays_under_15_mb_even_when_every_one_fails() -
         for i, r in enumerate(rows)
         for d in DIMENSIONS
     ]
-    page = html.page(Path("/s"), rows, (False, "not yet"), evidences, (changes, [], []))
+    page = html.page(Path("/s"), rows, NOT_YET, evidences, (changes, [], []))
     assert page.count("<details") == 10_000
     # Past the evidence's byte budget, even some of the first 1,000 are brief; past the page's,
     # sections leave their text from outside out, and say so.
@@ -240,14 +242,14 @@ def test_a_10000_experiment_page_stays_under_15_mb_even_when_every_one_fails() -
 def test_a_verdict_value_and_a_change_take_48_bytes_whatever_the_journal_holds() -> None:
     rows = _rows(2, True, "n", SIXFOLD)
     changes = [Change(rows[0].record.experiment.entry, "rank_any", SIXFOLD, SIXFOLD, True)]
-    page = html.page(Path("/s"), rows, (False, ""), [html.Evidence()] * 2, (changes, [], []))
+    page = html.page(Path("/s"), rows, NOT_YET, [html.Evidence()] * 2, (changes, [], []))
     cut = "&quot;" * 7 + "…"  # 45 bytes: no entity cut in two
     assert f"<td class='bad'>✗ {cut}</td>" in page
     assert f"rank (any): {cut} → {cut}</li>" in page
     assert f"▲ {'&quot;' * 7}… → " in page  # the picture's label: cut, then escaped
     assert len(page.encode()) < 40_000
     # The values a judge gives are shown whole.
-    plain = html.page(Path("/s"), _rows(2, True, "n"), (False, ""), [html.Evidence()] * 2, None)
+    plain = html.page(Path("/s"), _rows(2, True, "n"), NOT_YET, [html.Evidence()] * 2, None)
     assert "<td class='bad'>✗ false</td>" in plain and "<td class='ok'>✓ true</td>" in plain
 
 
@@ -279,7 +281,7 @@ def test_a_long_trend_is_cut_and_says_where_every_change_is() -> None:
     changes = [Change(f"SEGFAULT:{i}:5:2", "rank_any", "false", "true", True) for i in range(900)]
     rows = _rows(2, False, "n")
     page = html.page(
-        Path("/s"), rows, (False, ""), [html.Evidence()] * 2, (changes, ["GPU_SLEEP:0:5:2"], [])
+        Path("/s"), rows, NOT_YET, [html.Evidence()] * 2, (changes, ["GPU_SLEEP:0:5:2"], [])
     )
     assert page.count("<li class='up'>") == html.TREND_ITEMS
     assert f"… and {900 + 1 - html.TREND_ITEMS} more" in page

@@ -171,18 +171,43 @@ def test_the_stop_condition_needs_two_consecutive_passing_sessions(tmp_path: Pat
     _, rows, stop = write_reports(first.dir)
     assert stop == (
         False,
-        "this session passes the four text dimensions; the previous session is unknown; "
-        "fr_rank_correct (not counted): 1 of 1 at rank",
+        "this session passes, but there is no session before it to compare with; the next session "
+        "meets it if it passes too; fr_rank_correct (not counted): 1 of 1 at rank",
+        "every experiment passes restart_correct, rank_primary, rank_any and fault_described "
+        "in two consecutive sessions",
     )
     second = session_with(tmp_path, "20260102_000000", [("SEGFAULT:1:5:2", verdict())])
     _, rows2, stop = write_reports(second.dir)
-    assert stop[0] is True
-    assert stop[1].startswith("this session and the previous one pass the four text dimensions")
+    assert stop.met is True
+    assert stop.why.startswith("this session and the one before it pass")
     third = session_with(tmp_path, "20260103_000000", [("SEGFAULT:1:5:2", None)])
     _, rows3, stop = write_reports(third.dir)
     assert stop[0] is False
     assert stop_condition(rows2, rows)[0] is True
     assert stop_condition(rows3, rows2)[0] is False
+
+
+def test_every_report_says_the_stop_condition_in_one_sentence_that_names_the_rule(
+    tmp_path: Path,
+) -> None:
+    # A first session where everything passes: not met, and the reader is told what the rule
+    # is and what would meet it (not "the previous session is unknown").
+    first = session_with(tmp_path, "20260101_000000", [("SEGFAULT:1:5:2", verdict())])
+    write_reports(first.dir)
+    shown = nvrx("report", str(first.dir))
+    assert shown.returncode == 0, shown.stderr
+    sentence = (
+        "stop condition (every experiment passes restart_correct, rank_primary, rank_any and "
+        "fault_described in two consecutive sessions): not met: this session passes, but there "
+        "is no session before it to compare with; the next session meets it if it passes too"
+    )
+    assert sentence in " ".join(shown.stdout.split())
+    assert "unknown" not in shown.stdout
+    capital = "S" + sentence[1:]
+    assert capital in (first.dir / "experiments_report.md").read_text()
+    assert capital in (first.dir / "report.html").read_text()
+    doc = json.loads((first.dir / "report.json").read_text())["stop_condition"]
+    assert doc["rule"] in sentence and doc["why"] in " ".join(shown.stdout.split())
 
 
 def test_the_stop_rule_counts_the_text_dimensions_and_reports_fr_beside(tmp_path: Path) -> None:
@@ -192,12 +217,14 @@ def test_the_stop_rule_counts_the_text_dimensions_and_reports_fr_beside(tmp_path
     first = session_with(tmp_path, "20260101_000000", [("SEGFAULT:1:5:2", node)])
     second = session_with(tmp_path, "20260102_000000", [("SEGFAULT:1:5:2", node)])
     rows, rows2 = session_rows(first.dir), session_rows(second.dir)
-    met, why = stop_condition(rows2, rows)
+    met, why, _ = stop_condition(rows2, rows)
     assert met, why
     assert why.endswith("fr_rank_correct (not counted): 0 of 1 at rank")
-    assert stop_condition(rows2, rows, DIMENSIONS) == (
-        False, "1 of 1 experiment(s) do not pass every dimension",
-    )  # fmt: skip
+    assert stop_condition(rows2, rows, DIMENSIONS)[:2] == (False, "1 of 1 experiment does not pass")
+    assert stop_condition(rows2, rows, DIMENSIONS).rule == (
+        "every experiment passes restart_correct, rank_primary, rank_any, fault_described and "
+        "fr_rank_correct in two consecutive sessions"
+    )
     assert failing_entries(rows2) == [] and failing_entries(rows2, DIMENSIONS) == ["SEGFAULT:1:5:2"]
 
 
@@ -261,8 +288,8 @@ def test_the_stop_condition_is_not_met_by_a_session_that_did_not_finish_or_ran_o
     first = session_with(tmp_path, "20260101_000000", [("SIGTERM:1:5:2", verdict())])
     second = session_with(tmp_path, "20260102_000000", [("SEGFAULT:1:5:2", verdict())])
     _, _, stop = write_reports(second.dir)
-    assert stop[1].startswith(
-        "this session passes the four text dimensions; the previous one ran other experiments"
+    assert stop.why.startswith(
+        "this session passes, but the session before it ran other experiments"
     )
     third = session_with(tmp_path, "20260103_000000", [("SEGFAULT:1:5:2", verdict())])
     # A fourth experiment planned but never run: the session is not finished.

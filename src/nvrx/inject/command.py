@@ -9,11 +9,15 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nvrx.config import ConfigSource
 from nvrx.contract import write_document
+from nvrx.display import counted
 from nvrx.terminal import CommandError, error_line, note, stderr, stdout, warn
+
+if TYPE_CHECKING:
+    from nvrx.inject.rows import Stop
 
 
 def note_duplicates(duplicates: Sequence[str]) -> None:
@@ -340,20 +344,21 @@ def reanalyze_session(
 
 def finish_report(
     session_dir: Path, quiet: bool, force: bool = False, dimensions: Sequence[str] | None = None
-) -> tuple[list[Any], tuple[bool, str]]:
+) -> tuple[list[Any], Stop]:
     """Rebuild the session's report from its journal, say where it is; its rows and stop
     condition."""
     from nvrx.inject.report import write_reports
+    from nvrx.inject.rows import stop_sentence
 
     try:
-        paths, rows, (met, why) = write_reports(
+        paths, rows, stop = write_reports(
             session_dir, force=force, **({"dimensions": dimensions} if dimensions else {})
         )
     except OSError as exc:
         raise CommandError(f"cannot write the report in {session_dir}: {exc.strerror}", 1) from None
     out = stderr() if quiet else stdout()
     scored = sum(r.verdict.status == "scored" for r in rows)
-    out.print(f"report: {paths[0]} ({len(rows)} experiment(s), {scored} scored)")
+    out.print(f"report: {paths[0]} ({counted(len(rows), 'experiment')}, {scored} scored)")
     out.print(f"page: {paths[3]}")
-    out.print(f"stop condition: {'met' if met else 'not met'} ({why})")
-    return rows, (met, why)
+    out.print(stop_sentence(stop))
+    return rows, stop

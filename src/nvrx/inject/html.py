@@ -28,7 +28,7 @@ from pathlib import Path
 
 from nvrx.config import STOP_DIMENSIONS
 from nvrx.htmlpage import document, escape, escape_within
-from nvrx.inject.rows import Change, Row, rank_position
+from nvrx.inject.rows import Change, Row, Stop, rank_position, stop_sentence
 from nvrx.score.evidence import judge_excerpt
 from nvrx.score.html import CSS as VERDICT_CSS
 from nvrx.score.html import LEGEND, SHORT, VALUE_BYTES, verdict_cell
@@ -459,7 +459,7 @@ ul.trend{columns:2}.files a{font-size:12px}p.legend{font-size:12px;color:#555;ma
 def page(
     session_dir: Path,
     rows: Sequence[Row],
-    stop: tuple[bool, str],
+    stop: Stop,
     evidences: Sequence[Evidence],
     trend: tuple[Sequence[Change], Sequence[str], Sequence[str]] | None,
     dimensions: Sequence[str] = STOP_DIMENSIONS,
@@ -473,12 +473,13 @@ def page(
         return sum(r.verdict.passed(d) for r in scored) / len(scored) if scored else None
 
     rates = " · ".join(f"{SHORT[d]} {_percent(rate(d))}" for d in DIMENSIONS)
+    sentence = stop_sentence(stop)
     changes, only_old, only_new = trend if trend is not None else (None, (), ())
     body = [
         HATCH,
         f"<h1>Fault-injection campaign {_e(session_dir.name)}</h1>",
         f"<p>{len(rows)} experiment(s), {len(scored)} scored. Pass rates: {_e(rates)}.</p>",
-        f"<p><b>Stop condition: {'met' if stop[0] else 'not met'}</b> ({_e(stop[1])})</p>",
+        f"<p><b>{_e(sentence[:1].upper() + sentence[1:])}.</b></p>",
         "<h2>Where attribution fails</h2>",
         _by_dimension(rows) if rows else "<p class='dim'>No experiment.</p>",
         _by_shape(rows, dimensions) if rows else "",

@@ -17,7 +17,16 @@ from nvrx.campaign.session import Session
 from nvrx.config import STOP_DIMENSIONS
 from nvrx.files import InputError, read_tail, within_root, write_atomic
 from nvrx.inject.html import Evidence, evidence_of, page, with_evidence
-from nvrx.inject.rows import Row, diff, markdown, report_json, rows, stop_condition
+from nvrx.inject.rows import (
+    Row,
+    Stop,
+    diff,
+    markdown,
+    report_json,
+    rows,
+    stop_condition,
+    unreadable_previous,
+)
 from nvrx.score import report as score_report
 from nvrx.score.inputs import (
     ANALYSIS_DIR,
@@ -85,7 +94,7 @@ def session_rows(session_dir: Path, *, force: bool = False) -> list[Row]:
 
 def rows_and_stop(
     session_dir: Path, *, force: bool = False, dimensions: Sequence[str] = STOP_DIMENSIONS
-) -> tuple[list[Row], tuple[bool, str]]:
+) -> tuple[list[Row], Stop]:
     """The session's rows and its stop condition against the previous session (an unreadable
     previous session is said, not fatal). `force` skips the session's damaged journal lines."""
     current, _, stop = with_previous(session_dir, force, dimensions)
@@ -94,7 +103,7 @@ def rows_and_stop(
 
 def with_previous(
     session_dir: Path, force: bool, dimensions: Sequence[str]
-) -> tuple[list[Row], list[Row] | None, tuple[bool, str]]:
+) -> tuple[list[Row], list[Row] | None, Stop]:
     """The session's rows, the previous session's (None when there is none or it cannot be
     read) and the stop condition; the previous session is read once."""
     session_dir = session_dir.resolve()
@@ -105,7 +114,7 @@ def with_previous(
     try:
         previous = session_rows(older)
     except CampaignError as exc:
-        return current, None, (False, f"the previous session cannot be read: {exc}")
+        return current, None, unreadable_previous(exc, dimensions)
     return current, previous, stop_condition(current, previous, dimensions)
 
 
@@ -113,7 +122,7 @@ def html_page(
     session_dir: Path,
     current: Sequence[Row],
     previous: Sequence[Row] | None,
-    stop: tuple[bool, str],
+    stop: Stop,
     dimensions: Sequence[str],
 ) -> str:
     """The session's self-contained HTML page (nvrx.inject.html)."""
@@ -136,7 +145,7 @@ def write_html(
 
 def write_reports(
     session_dir: Path, *, force: bool = False, dimensions: Sequence[str] = STOP_DIMENSIONS
-) -> tuple[list[Path], list[Row], tuple[bool, str]]:
+) -> tuple[list[Path], list[Row], Stop]:
     """Rebuild the session's report files from its journal (and the previous session's, for
     the stop condition); returns the paths, the rows and the stop condition. The journal is
     read in full before anything is written: a damaged line stops it with nothing written."""

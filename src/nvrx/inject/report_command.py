@@ -122,6 +122,5 @@ def report_command(
         stdout().print(
             Text(f"pattern {pattern.name}: {pattern.meaning} ({len(matching)}): {ids}{more}")
         )
-    met, why = stop
-    stdout().print(Text(f"stop condition: {'met' if met else 'not met'} ({why})", style="bold"))
+    stdout().print(Text(report_rows.stop_sentence(stop), style="bold"))
     return 0

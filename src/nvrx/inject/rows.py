@@ -13,12 +13,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import ValidationError
 
 from nvrx.campaign.errors import FORCE_HINT, JournalError
 from nvrx.config import STOP_DIMENSIONS
+from nvrx.display import counted
 from nvrx.score import report as score_report
 from nvrx.score.model import DIMENSIONS, PASS_VALUE, Case, GroundTruth, Verdict, passes_all
 
@@ -165,11 +166,33 @@ def matrix(report_rows: Sequence[Row]) -> dict[tuple[str, int, str], Cell]:
     return dict(sorted(cells.items()))
 
 
+class Stop(NamedTuple):
+    """The campaign's stop condition for one session: whether it is `met`, `why` (or why not)
+    and the `rule` it was judged by, in words."""
+
+    met: bool
+    why: str
+    rule: str
+
+
+def stop_rule(dimensions: Sequence[str] = STOP_DIMENSIONS) -> str:
+    """The stop condition in words: which dimensions every experiment must pass, and where."""
+    names = list(dimensions)
+    listed = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+    return f"every experiment passes {listed} in two consecutive sessions"
+
+
+def stop_sentence(stop: Stop) -> str:
+    """The one sentence every report (terminal, markdown, page) says the stop condition with:
+    the rule, met or not, and why."""
+    return f"stop condition ({stop.rule}): {'met' if stop.met else 'not met'}: {stop.why}"
+
+
 def stop_condition(
     current: Sequence[Row],
     previous: Sequence[Row] | None,
     dimensions: Sequence[str] = STOP_DIMENSIONS,
-) -> tuple[bool, str]:
+) -> Stop:
     """Every experiment passes every counted dimension (`inject.stop_dimensions`: the four text
     dimensions by default) in two consecutive sessions. "Pass" is explicit: the fully correct
     value; runs not ended, invalid or unscored do not pass. The previous session must have run
@@ -180,34 +203,44 @@ def stop_condition(
     for d in uncounted:
         passing = sum(r.verdict.passed(d) for r in current)
         why += f"; {d} (not counted): {passing} of {len(current)} at {PASS_VALUE[d]}"
-    return met, why
+    return Stop(met, why, stop_rule(dimensions))
+
+
+# What a session that passes still needs, said after why it does not stop the campaign yet.
+_NEXT = "the next session meets it if it passes too"
 
 
 def _stop(
     current: Sequence[Row], previous: Sequence[Row] | None, dimensions: Sequence[str]
 ) -> tuple[bool, str]:
-    if set(dimensions) == set(DIMENSIONS):
-        counted = "every dimension"
-    elif set(dimensions) == set(STOP_DIMENSIONS):
-        counted = "the four text dimensions"
-    else:
-        counted = ", ".join(dimensions)
     if not current:
         return False, "the session has no experiment"
     failing_now = [r for r in current if not passes_all(r.verdict, dimensions)]
     if failing_now:
-        return False, f"{len(failing_now)} of {len(current)} experiment(s) do not pass {counted}"
+        verb = "does" if len(failing_now) == 1 else "do"
+        return False, f"{len(failing_now)} of {counted(len(current), 'experiment')} {verb} not pass"
     if previous is None:
-        return False, f"this session passes {counted}; the previous session is unknown"
+        return (
+            False,
+            f"this session passes, but there is no session before it to compare with; {_NEXT}",
+        )
     before = {r.record.experiment.entry for r in previous}
     if not {r.record.experiment.entry for r in current} <= before:
-        return False, f"this session passes {counted}; the previous one ran other experiments"
+        return (
+            False,
+            f"this session passes, but the session before it ran other experiments; {_NEXT}",
+        )
     if any(not passes_all(r.verdict, dimensions) for r in previous):
-        return False, f"this session passes {counted}; the previous one did not"
-    return True, f"this session and the previous one pass {counted}"
+        return False, f"this session passes, but the session before it did not; {_NEXT}"
+    return True, "this session and the one before it pass"
 
 
-def markdown(session_dir: Path, report_rows: Sequence[Row], stop: tuple[bool, str]) -> str:
+def unreadable_previous(exc: Exception, dimensions: Sequence[str]) -> Stop:
+    """The stop condition when the session before this one cannot be read."""
+    return Stop(False, f"the session before this one cannot be read: {exc}", stop_rule(dimensions))
+
+
+def markdown(session_dir: Path, report_rows: Sequence[Row], stop: Stop) -> str:
     cases, verdicts = [r.case for r in report_rows], [r.verdict for r in report_rows]
     lines = [TITLE, "", f"Session: `{session_dir}`", ""]
     lines.append(score_report.markdown(cases, verdicts))
@@ -215,8 +248,8 @@ def markdown(session_dir: Path, report_rows: Sequence[Row], stop: tuple[bool, st
     lines += [
         "## Pass rates",
         "",
-        f"{summary.cases} experiment(s): {summary.scored} scored, {summary.invalid} invalid, "
-        f"{summary.unscored} unscored.",
+        f"{counted(summary.cases, 'experiment')}: {summary.scored} scored, "
+        f"{summary.invalid} invalid, {summary.unscored} unscored.",
         "",
         "| " + " | ".join(DIMENSIONS) + " |",
         "|" + "---|" * len(DIMENSIONS),
@@ -242,14 +275,12 @@ def markdown(session_dir: Path, report_rows: Sequence[Row], stop: tuple[bool, st
         ]
     else:
         lines.append("None.")
-    met, why = stop
-    lines += ["", f"**Stop condition: {'met' if met else 'not met'}** ({why}).", ""]
+    sentence = stop_sentence(stop)
+    lines += ["", f"**{sentence[:1].upper()}{sentence[1:]}**.", ""]
     return "\n".join(lines)
 
 
-def report_json(
-    session_dir: Path, report_rows: Sequence[Row], stop: tuple[bool, str]
-) -> dict[str, Any]:
+def report_json(session_dir: Path, report_rows: Sequence[Row], stop: Stop) -> dict[str, Any]:
     cases, verdicts = [r.case for r in report_rows], [r.verdict for r in report_rows]
     doc = score_report.as_json(cases, verdicts, score_report.summarise(verdicts), "session")
     doc["session"] = str(session_dir)
@@ -268,7 +299,7 @@ def report_json(
         {"pattern": p.name, "meaning": p.meaning, "experiments": [r.case.id for r in rows]}
         for p, rows in matched_patterns(report_rows)
     ]
-    doc["stop_condition"] = {"met": stop[0], "why": stop[1]}
+    doc["stop_condition"] = {"met": stop.met, "why": stop.why, "rule": stop.rule}
     return doc
 
 

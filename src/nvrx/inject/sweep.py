@@ -34,7 +34,7 @@ def iteration_of(session_dir: Path) -> int:
 
 
 def next_iteration(session_dir: Path, dimensions: Sequence[str] = STOP_DIMENSIONS) -> NextIteration:
-    rows, (met, why_stop) = rows_and_stop(session_dir, dimensions=dimensions)
+    rows, (met, why_stop, _) = rows_and_stop(session_dir, dimensions=dimensions)
     nxt = iteration_of(session_dir) + 1
     if met:
         return NextIteration(nxt, f"nothing to run: the stop condition is met ({why_stop})", ())
