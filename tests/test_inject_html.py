@@ -154,6 +154,64 @@ def test_a_long_attribution_keeps_its_decision_line(tmp_path: Path) -> None:
     assert f"<pre>{html._e(first)}\n" in page
 
 
+def test_a_cut_attribution_ends_with_a_whole_word_and_links_the_whole_text(
+    tmp_path: Path,
+) -> None:
+    session = demo_copy(tmp_path)
+    attribution = next(session.glob("n2_SEGFAULT_*/analysis/log_attribution.txt"))
+    attribution.write_text(attribution.read_text() + "collective timeout waiting " * 60)
+    page = write_html(session).read_text()
+    # The SEGFAULT attribution made long, and the demo's WORKLOAD_EXC one (920 characters):
+    # each cut after a whole word, and a line after it says its whole file is linked.
+    for name in ("SEGFAULT", "WORKLOAD_EXC"):
+        whole = html._e(next(session.glob(f"n2_{name}_*/analysis/log_attribution.txt")).read_text())
+        section = next(s for s in page.split("<details ") if f"<code>{name}:" in s)
+        shown = re.search(
+            r"<h4>Log attribution</h4><pre>([^<]*)…</pre><p class='legend'>Only its head is "
+            r"shown: its whole file is linked below.</p>",
+            section,
+        )
+        assert "/analysis/log_attribution.txt'>log_attribution.txt</a>" in section
+        assert shown, name
+        head = shown.group(1)
+        assert whole.startswith(head) and whole[len(head)].isspace(), (name, head[-30:])
+    # The attributions shown whole say nothing of the kind.
+    assert page.count("Only its head is shown") == 2
+
+
+def test_a_note_cut_to_its_byte_budget_ends_with_a_whole_word() -> None:
+    # Escaped, 'say "hi" ' is 19 bytes: the 600 characters kept are past the note's 1,200 bytes.
+    rows = _rows(1, True, "n")
+    rows = [
+        replace(rows[0], verdict=rows[0].verdict.model_copy(update={"notes": 'say "hi" ' * 100}))
+    ]
+    page = html.page(Path("/s"), rows, NOT_YET, [html.Evidence()], None)
+    note = re.search(r"<b>Judge \(rules\):</b> ([^<]*)</p>", page)
+    assert note, page
+    assert note.group(1).endswith("say &quot;hi&quot;…") and len(note.group(1).encode()) <= 1200
+
+
+def test_the_flight_recorders_table_keeps_its_columns_in_a_narrow_window(
+    tmp_path: Path,
+) -> None:
+    page = write_html(demo_copy(tmp_path)).read_text()
+    # Its lines are never wrapped (the box scrolls instead): a wrapped line loses the columns.
+    assert re.search(r"<h4>Flight recorder: missing ranks</h4><pre class='table'>PGID +\|", page)
+    assert "pre.table{white-space:pre}" in page
+
+
+def test_the_page_counts_in_the_singular_and_the_plural(tmp_path: Path) -> None:
+    one = session_with(tmp_path / "a", "20260101_000000", [("SEGFAULT:1:5:2", verdict())])
+    page = write_html(one.dir).read_text()
+    assert "<p>1 experiment, 1 scored." in page and "(s)" not in page
+    two = session_with(tmp_path / "b", "20260101_000000", [
+        ("SEGFAULT:1:5:2", verdict(rank_any="false")), ("GPU_SLEEP:2:5:4", None),
+    ])  # fmt: skip
+    page = write_html(two.dir).read_text()
+    assert "<p>2 experiments, 1 scored." in page and "2 of 2 experiments do not pass" in page
+    assert "(s)" not in page
+
+
 def test_no_cell_rests_on_colour_alone_and_every_kind_of_cell_is_explained(
     tmp_path: Path,
 ) -> None:

@@ -33,9 +33,9 @@ def escape(text: object) -> str:
 
 def escape_within(text: str, limit: int, *, keep: str = "head") -> str:
     """`text` escaped (`escape`) in at most `limit` bytes of UTF-8, its head or its tail
-    (neither a character nor an entity cut in two): escaping can make text six times longer,
-    and non-Latin text is three bytes a character, so a part's budget is counted in what the
-    page carries."""
+    (neither a character nor an entity cut in two, nor a word unless no space is near, `word_end`):
+    escaping can make text six times longer, and non-Latin text is three bytes a character, so a
+    part's budget is counted in what the page carries."""
     # Each character escapes to a byte at least: past `limit` of them, none can be kept (and a
     # megabyte of text is not escaped to keep 48 bytes of it).
     out = escape(text[: limit + 1] if keep == "head" else text[-(limit + 1) :])
@@ -48,12 +48,33 @@ def escape_within(text: str, limit: int, *, keep: str = "head") -> str:
     if keep == "tail":
         piece = data[len(data) - room :].decode("utf-8", "ignore")
         entity_tail = _ENTITY_TAIL.match(piece)
-        return "…" + (piece[entity_tail.end() :] if entity_tail else piece)
+        piece = piece[entity_tail.end() :] if entity_tail else piece
+        # `piece` ends `out`: what came before it decides whether its first word is whole.
+        return "…" + piece[word_start(piece, out[: len(out) - len(piece)]) :]
     piece = data[:room].decode("utf-8", "ignore")
     amp = piece.rfind("&")
     if amp != -1 and ";" not in piece[amp:]:
         piece = piece[:amp]  # an entity cut short
-    return piece + "…"
+    return piece[: word_end(piece, out[len(piece) :])].rstrip() + "…"  # `piece` starts `out`
+
+
+def word_end(head: str, after: str) -> int:
+    """Where a head cut from a text ends so that its last word is whole: where it is when the
+    text went on (`after`) with a space, else after its last space, when that keeps at least
+    half of it (a text of one long token is cut where it is)."""
+    if after[:1].isspace():
+        return len(head)
+    space = max(head.rfind(" "), head.rfind("\n"), head.rfind("\t"))
+    return space + 1 if space >= len(head) // 2 else len(head)
+
+
+def word_start(tail: str, before: str) -> int:
+    """Where a tail cut from a text starts so that its first word is whole (`word_end`'s
+    mirror: `before` is what preceded it)."""
+    if before[-1:].isspace():
+        return 0
+    found = [i for i in (tail.find(" "), tail.find("\n"), tail.find("\t")) if i != -1]
+    return min(found) + 1 if found and min(found) < len(tail) // 2 else 0
 
 
 _ENTITY_TAIL = re.compile(r"[#\w]{1,8};")  # the end of an entity whose `&` a tail cut off

@@ -27,7 +27,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from nvrx.config import STOP_DIMENSIONS
-from nvrx.htmlpage import document, escape, escape_within
+from nvrx.display import counted
+from nvrx.htmlpage import document, escape, escape_within, word_end, word_start
 from nvrx.inject.rows import Change, Row, Stop, rank_position, stop_sentence
 from nvrx.score.evidence import judge_excerpt
 from nvrx.score.html import CSS as VERDICT_CSS
@@ -59,24 +60,36 @@ class Evidence:
     attribution: str = ""  # the log analyser's 5-field text
     fr_table: str = ""  # the FR analyser's missing-rank table, or `no_dumps`
     files: tuple[str, ...] = ()  # paths relative to the session dir, for links
+    cut: frozenset[str] = frozenset()  # the parts cut to their head: attribution, fr_table
     shown: bool = True  # False: past the page's evidence budget, the section links its files
 
 
 def _cut(text: str, limit: int, *, keep: str = "tail") -> str:
-    """At most `limit` characters: a log's tail (where it failed), or a note's head."""
+    """At most `limit` characters: a log's tail (where it failed), or a note's head, cut
+    between words (`htmlpage.word_end`)."""
     if len(text) <= limit:
         return text
-    return "…" + text[-(limit - 1) :] if keep == "tail" else text[: limit - 1] + "…"
+    if keep == "tail":
+        tail = text[-(limit - 1) :]
+        return "…" + tail[word_start(tail, text[-limit]) :]
+    head = text[: limit - 1]
+    return head[: word_end(head, text[limit - 1])].rstrip() + "…"
 
 
 def evidence_of(log: str, attribution: str, fr_table: str, files: tuple[str, ...]) -> Evidence:
     """An experiment's analysis files (their texts, "" where missing) cut for the page."""
+    cut = frozenset(
+        name
+        for name, text in (("attribution", attribution), ("fr_table", fr_table))
+        if len(text) > TABLE_CHARS
+    )
     return Evidence(
         excerpt=_cut(judge_excerpt(log), EXCERPT_CHARS),
         # The analysers' answers lead with their decision: keep their heads.
         attribution=_cut(attribution, TABLE_CHARS, keep="head"),
         fr_table=_cut(fr_table, TABLE_CHARS, keep="head"),
         files=files,
+        cut=cut,
     )
 
 
@@ -356,14 +369,17 @@ def _experiment(row: Row, ev: Evidence, dimensions: Sequence[str], *, bare: bool
     if why and not bare:
         parts.append(f"<p><b>Judge ({escape_within(v.judge, 60)}):</b> {why}</p>")
     if ev.attribution:
-        text = escape_within(ev.attribution, _section_bytes(TABLE_CHARS))
-        parts.append(f"<h4>Log attribution</h4><pre>{text}</pre>")
+        parts.append(_evidence_part("Log attribution", "", ev.attribution, "attribution" in ev.cut))
     if ev.excerpt:
         text = escape_within(ev.excerpt, _section_bytes(EXCERPT_CHARS), keep="tail")
         parts.append(f"<h4>Blinded log excerpt (what the judge saw)</h4><pre>{text}</pre>")
     if ev.fr_table:
-        text = escape_within(ev.fr_table, _section_bytes(TABLE_CHARS))
-        parts.append(f"<h4>Flight recorder: missing ranks</h4><pre>{text}</pre>")
+        # A table keeps its columns: its lines are not wrapped, the box scrolls instead.
+        parts.append(
+            _evidence_part(
+                "Flight recorder: missing ranks", "table", ev.fr_table, "fr_table" in ev.cut
+            )
+        )
     if ev.files:
         # The section names its experiment: a link says the file's name.
         links = " · ".join(
@@ -374,6 +390,17 @@ def _experiment(row: Row, ev: Evidence, dimensions: Sequence[str], *, bare: bool
         parts.append(f"<p class='files'>{lead}{links}</p>")
     parts.append("</details>")
     return "".join(parts)
+
+
+def _evidence_part(title: str, css_class: str, text: str, cut: bool) -> str:
+    """An analyser's answer under its title; when the page shows only its head (`cut` to it, or
+    past its bytes here), a line after it says so: the section links its whole file."""
+    budget = _section_bytes(TABLE_CHARS)
+    attr = f" class='{css_class}'" if css_class else ""
+    out = f"<h4>{_e(title)}</h4><pre{attr}>{escape_within(text, budget)}</pre>"
+    if cut or len(escape(text).encode()) > budget:
+        out += "<p class='legend'>Only its head is shown: its whole file is linked below.</p>"
+    return out
 
 
 def _sections(
@@ -439,7 +466,8 @@ def _evidence_note(sections: int, shown: int, bare: int) -> str:
         )
     if bare:
         note += (
-            f"<p class='legend'>Past the page's budget, {bare} sections leave out the job, its "
+            f"<p class='legend'>Past the page's budget, {counted(bare, 'section')} "
+            f"{'leaves' if bare == 1 else 'leave'} out the job, its "
             "state and the judge's note: <code>experiments_report.md</code> and "
             "<code>report.json</code> have them.</p>"
         )
@@ -453,6 +481,7 @@ border-radius:3px;padding:0 4px;color:#fff;font-size:12px}
 .pass{background:#1a7f37}.fail{background:#b42318}.invalid{background:#6e7781}
 .unscored{background:#9a6700}table.dims td,table.dims th{padding:2px 8px;font-size:12px}
 ul.trend{columns:2}.files a{font-size:12px}p.legend{font-size:12px;color:#555;margin:4px 0}
+pre.table{white-space:pre}
 """
 
 
@@ -478,7 +507,8 @@ def page(
     body = [
         HATCH,
         f"<h1>Fault-injection campaign {_e(session_dir.name)}</h1>",
-        f"<p>{len(rows)} experiment(s), {len(scored)} scored. Pass rates: {_e(rates)}.</p>",
+        f"<p>{counted(len(rows), 'experiment')}, {len(scored)} scored. "
+        f"Pass rates: {_e(rates)}.</p>",
         f"<p><b>{_e(sentence[:1].upper() + sentence[1:])}.</b></p>",
         "<h2>Where attribution fails</h2>",
         _by_dimension(rows) if rows else "<p class='dim'>No experiment.</p>",
