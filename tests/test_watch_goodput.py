@@ -56,7 +56,9 @@ def test_a_failure_without_a_save_proven_before_it_is_unknown_not_productive() -
     )
     assert g.seconds["unknown"] == 100 and g.seconds["progress_lost"] == 0
     assert g.seconds["productive"] == 200
-    assert "without a save proven" in g.notes[0]
+    assert g.notes[0] == (
+        "1 ended cycle without a save proven before its end: its time is unknown"
+    )  # said in the singular for one cycle (the timeline page shows the note too)
 
 
 def test_generations_add_their_teardown_queue_wait_and_startup() -> None:

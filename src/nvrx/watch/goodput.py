@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from nvrx.display import counted
 from nvrx.watch.model import (
     CycleBlock,
     CycleColumns,
@@ -327,8 +328,8 @@ def goodput(
     us["unknown"] += unknown
     if unproven:
         notes.append(
-            f"{unproven} ended cycle(s) without a save proven before their end: their time is "
-            "unknown"
+            f"{counted(unproven, 'ended cycle')} without a save proven before "
+            f"{'its end: its' if unproven == 1 else 'their end: their'} time is unknown"
         )
     covered = sum(us.values())
     wall = max(end - start, 0)

@@ -15,14 +15,17 @@ its own shape, and a legend says which is which.
 from __future__ import annotations
 
 import itertools
-from datetime import UTC, datetime
+from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nvrx.display import counted
 from nvrx.htmlpage import document, escape
 from nvrx.slurm.hostlist import compress
 from nvrx.watch.detectors.common import utc_text
 from nvrx.watch.goodput import CATEGORIES, Goodput, span_text
-from nvrx.watch.model import CycleInfo, Finding, Severity
+from nvrx.watch.model import CycleInfo, Finding, Severity, Snapshot
+from nvrx.watch.tracklayout import CHAR_PX, Cluster, axis_ticks, clusters, label_box
 
 if TYPE_CHECKING:
     from nvrx.watch.watcher import PassResult
@@ -33,7 +36,7 @@ MAX_NODES = 96
 _PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#9c755f", "#e15759")
 _SEVERITY = {Severity.CRITICAL: "#b42318", Severity.WARNING: "#9a6700", Severity.INFO: "#1f6feb"}
 _MARK = {Severity.CRITICAL: "◆", Severity.WARNING: "▲", Severity.INFO: "●"}  # shape, not colour
-_CHAR_PX = 7.5  # about one character of the 12 px labels: a node name column that fits them
+_SEVERITY_ORDER = {f"sev-{s.value}": s.rank for s in Severity}  # a mark's class: its rank
 _CSS = """
 .tl{margin:14px 0;font-size:12px}.tl .row{display:flex}
 .tl .names{flex:none;text-align:right;padding-right:8px;color:#444}
@@ -41,7 +44,7 @@ _CSS = """
 .tl .track{flex:1;position:relative;min-width:0;background:#fafafa;border:1px solid #ddd}
 .tl .marks,.tl .axis{position:relative;flex:1;min-width:0}
 .tl .marks{height:18px}.tl .axis{height:18px;color:#555}
-.tl .axis span{position:absolute;top:2px;white-space:nowrap}
+.tl .axis span{position:absolute;top:2px;white-space:nowrap;text-align:center}
 .tl .grid{position:absolute;top:0;bottom:0;width:1px;background:#e6e6e6}
 .tl .bar{position:absolute;box-sizing:border-box;min-width:2px;border-radius:2px;overflow:hidden;
 color:#fff;font-size:11px;line-height:1;white-space:nowrap;padding:2px 3px}
@@ -52,8 +55,10 @@ transparent 3px 7px)}
 border:1px dashed #8c959f}
 .tl .restart{position:absolute;top:0;bottom:0;width:3px;margin-left:-1px;
 background:repeating-linear-gradient(#b42318 0 5px,transparent 5px 8px)}
-.tl .mark{position:absolute;top:0;font-size:13px;line-height:16px;margin-left:-6px}
-.tl .restart-mark{position:absolute;top:1px;font-size:11px;color:#b42318;margin-left:-4px}
+.tl .mark{position:absolute;top:0;font-size:13px;line-height:16px;white-space:nowrap}
+.tl .mark small{font-size:11px;color:#444}.tl .restart-mark{font-size:11px;color:#b42318}
+.tl .sev-critical{color:#b42318}.tl .sev-warning{color:#9a6700}.tl .sev-info{color:#1f6feb}
+code.path{overflow-wrap:anywhere}
 .legend{display:flex;flex-wrap:wrap;gap:4px 16px;font-size:12px;margin:6px 0}
 .legend .key{display:inline-block;width:22px;height:11px;vertical-align:middle;margin-right:4px;
 border-radius:2px}
@@ -82,27 +87,21 @@ def _runs(rows: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def _ticks(t0: datetime, t1: datetime) -> tuple[str, list[tuple[float, str]]]:
-    """The axis caption and five ticks (percent of the track, label): hours and minutes when the
-    span is within one UTC day (the caption gives the date), else the date too."""
-    a, b = t0.astimezone(UTC), t1.astimezone(UTC)
-    same_day = a.date() == b.date()
-    caption = f"UTC, {a:%Y-%m-%d}" if same_day else "UTC"
-    span = max((b - a).total_seconds(), 1.0)
-    ticks = []
-    for k in range(5):
-        at = datetime.fromtimestamp(a.timestamp() + span * k / 4, tz=UTC)
-        ticks.append((25.0 * k, f"{at:%H:%M}" if same_day else f"{at:%m-%d %H:%M}"))
-    return caption, ticks
-
-
-def _tick_style(pct: float) -> str:
-    # The first label starts at its tick, the last ends at it: none reaches past the track.
-    if pct <= 0:
-        return "left:0"
-    if pct >= 100:
-        return "right:0"
-    return f"left:{pct:.2f}%;transform:translateX(-50%)"
+def _marks_row(title: str, groups: list[Cluster], names: str) -> str:
+    """A row of marks above the track, `title` in the names column: each group one span whose
+    tooltip lists every member."""
+    spans = []
+    for c in groups:
+        glyphs, count = c.drawn()
+        drawn = "".join(f"<span class='{css}'>{escape(g)}</span>" for g, css, _ in glyphs)
+        if count:
+            drawn += f"<small>{escape(count)}</small>"
+        tip = escape("\n".join(line for _, _, line in c.members))
+        spans.append(f"<span class='mark' title='{tip}' style='{c.box().css()}'>{drawn}</span>")
+    return (
+        f"<div class='row'>{names}{escape(title)}</div>"
+        f"<div class='marks'>{''.join(spans)}</div></div>"
+    )
 
 
 def _timeline(
@@ -117,18 +116,16 @@ def _timeline(
     t0, t1 = cycles[0].start, max(c.end or now for c in cycles)
     span = max((t1 - t0).total_seconds(), 1.0)
     row = 18 if len(nodes) <= 32 else 14
-    caption, ticks = _ticks(t0, t1)
-    widest = max(len(caption), *(len(n) for n in nodes))
-    names_px = round(min(widest * _CHAR_PX + 12, 240))
+    caption, ticks = axis_ticks(t0, t1)
+    widest = max(len(caption), len("restarts"), *(len(n) for n in nodes))
+    names_px = round(min(widest * CHAR_PX + 12, 240))
     row_of = {n: i for i, n in enumerate(nodes)}
 
     def pct(at: datetime) -> float:
         return min(max((at - t0).total_seconds() / span * 100, 0.0), 100.0)
 
     names = f"<div class='names' style='width:{names_px}px'>"
-    marks, bars = [], []
-    for p, _ in ticks:
-        bars.append(f"<div class='grid' style='left:{p:.2f}%'></div>")
+    bars = [f"<div class='grid' style='left:{p:.2f}%'></div>" for p, _ in ticks]
     for c in cycles:
         x0, x1 = pct(c.start), pct(c.end or now)
         tip = escape(
@@ -138,7 +135,7 @@ def _timeline(
         open_ = " open" if c.end is None else ""
         # One bar per run of adjacent node rows: a cycle on 64 neighbouring nodes is one bar.
         # A bar wide enough for its generation's id carries it (about 1000 px of track).
-        wide = (x1 - x0) * 10 > len(c.job_id) * _CHAR_PX + 8
+        wide = (x1 - x0) * 10 > len(c.job_id) * CHAR_PX + 8
         label = f"<span>{escape(c.job_id)}</span>" if wide else ""
         for first, last in _runs(sorted(row_of[n] for n in c.active_nodes if n in row_of)):
             bars.append(
@@ -154,6 +151,7 @@ def _timeline(
                 f"style='left:{x0:.3f}%;width:{x1 - x0:.3f}%;top:{first * row + 4}px;"
                 f"height:{(last - first + 1) * row - 8}px'></div>"
             )
+    restarts: list[tuple[float, tuple[str, str, str]]] = []
     previous: CycleInfo | None = None
     for c in cycles:  # a restart: a cycle that follows another of the same generation
         if previous is not None and previous.job_id == c.job_id:
@@ -162,27 +160,37 @@ def _timeline(
                 f"<div class='restart' title='restart: cycle {escape(c.key)}' "
                 f"style='left:{at:.3f}%'></div>"
             )
-            marks.append(
-                f"<span class='restart-mark' style='left:clamp(4px, {at:.3f}%, calc(100% - 8px))'>"
-                "↻</span>"
-            )
+            line = f"restart: cycle {c.key}, {utc_text(c.start)}"
+            restarts.append((at, ("↻", "restart-mark", line)))
         previous = c
-    for f in findings:
-        at = pct(f.first_seen or now)
-        marks.append(
-            f"<span class='mark' title='{escape(f.severity.value)} {escape(f.detector)}: "
-            f"{escape(f.summary)}' style='left:clamp(6px, {at:.3f}%, calc(100% - 8px));"
-            f"color:{_SEVERITY[f.severity]}'>{_MARK[f.severity]}</span>"
+    seen = [
+        (
+            pct(f.first_seen or now),
+            (
+                _MARK[f.severity],
+                f"sev-{f.severity.value}",
+                f"{f.severity.value} {f.detector}: {f.summary}",
+            ),
         )
+        for f in findings
+    ]
+    marks = []
+    if restarts:
+        marks.append(_marks_row("restarts", clusters(restarts), names))
+    if seen:
+        groups = clusters(seen)
+        for g in groups:  # each group lists (and draws) its most severe first
+            g.members.sort(key=lambda m: _SEVERITY_ORDER[m[1]])
+        marks.append(_marks_row("findings", groups, names))
     labels = "".join(
         f"<div style='height:{row}px;line-height:{row}px' title='{escape(n)}'>{escape(n)}</div>"
         for n in nodes
     )
-    axis = "".join(f"<span style='{_tick_style(p)}'>{escape(label)}</span>" for p, label in ticks)
+    axis = "".join(
+        f"<span style='{label_box(p, label).css()}'>{escape(label)}</span>" for p, label in ticks
+    )
     return (
-        "<div class='tl'>"
-        f"<div class='row'>{names}</div><div class='marks'>{''.join(marks)}</div></div>"
-        f"<div class='row'>{names}{labels}</div>"
+        "<div class='tl'>" + "".join(marks) + f"<div class='row'>{names}{labels}</div>"
         f"<div class='track' style='height:{row * len(nodes)}px'>{''.join(bars)}</div></div>"
         f"<div class='row'>{names}{escape(caption)}</div><div class='axis'>{axis}</div></div>"
         "</div>"
@@ -205,7 +213,7 @@ def _legend(generations: dict[str, str], cycles: list[CycleInfo], findings: list
     if len(cycles) > len(generations):
         keys.append(
             "<span><span class='key restart' style='position:static;display:inline-block;"
-            "width:3px'></span> ↻ restart (dashed)</span>"
+            "width:3px'></span> ↻ restart (dashed); ↻N: N restarts too close to draw apart</span>"
         )
     for severity in (Severity.CRITICAL, Severity.WARNING, Severity.INFO):
         if any(f.severity is severity for f in findings):
@@ -234,18 +242,31 @@ def _goodput(good: Goodput | None) -> str:
     )
 
 
+def page_title(snap: Snapshot) -> str:
+    """What the page is about: the chain's name (and its id), else its id, else its work dir's
+    name; and "(cycle files only)" when no scheduler was asked (`--platform none`)."""
+    chain = snap.chain
+    name = chain.name or chain.chain_id or (Path(chain.work_dir).name if chain.work_dir else "")
+    if chain.name and chain.chain_id:
+        name += f" (chain {chain.chain_id})"
+    only = "(cycle files only)" if snap.platform is None else ""
+    return " ".join(part for part in (name, only) if part) or "cycles"
+
+
 def timeline_page(result: PassResult) -> str:
     snap = result.snapshot
     chain = snap.chain
-    name = chain.name or "(cycle files only)"
+    title = page_title(snap)
     cycles = list(snap.cycles[-MAX_CYCLES:])
-    body = [f"<h1>nvrx watch timeline: {escape(name)}</h1>"]
+    body = [f"<h1>nvrx watch timeline: {escape(title)}</h1>"]
     body.append(
         # The pass's state word, as on the screen (an exit code means nothing to a reader).
         f"<p><b>{escape(result.state.upper())}</b>: seen {utc_text(snap.observed_at)} "
         f"from {escape(snap.host)}"
         f"{' (blind: the watcher could not see everything)' if result.degraded else ''}.</p>"
     )
+    if chain.work_dir:
+        body.append(f"<p>Work dir: <code class='path'>{escape(chain.work_dir)}</code></p>")
     ckpt = snap.checkpoint
     if ckpt.value is not None:
         when = f", written {utc_text(ckpt.mtime)}" if ckpt.mtime else ""
@@ -257,17 +278,21 @@ def timeline_page(result: PassResult) -> str:
         nodes = _nodes(cycles)
         left_out = []
         if len(snap.cycles) > len(cycles):
-            left_out.append(f"the {len(snap.cycles) - len(cycles)} earliest cycles")
+            left_out.append(f"the {counted(len(snap.cycles) - len(cycles), 'earliest cycle')}")
         if len(nodes) > MAX_NODES:
-            left_out.append(f"{len(nodes) - MAX_NODES} nodes")
+            left_out.append(counted(len(nodes) - MAX_NODES, "node"))
             nodes = nodes[:MAX_NODES]
         generations = dict.fromkeys(c.job_id for c in cycles)
         restarts = len(cycles) - len(generations)
         spares = {n for c in cycles for n in c.standby_nodes}
+        standing_by = (
+            f" ({len(spares)} of them {'a standby spare' if len(spares) == 1 else 'standby spares'}"
+            " at some point)"
+        )
         body.append(
-            f"<h2>Timeline</h2><p>{len(cycles)} cycles in {len(generations)} generation(s), "
-            f"{restarts} restart(s), on {len(nodes)} node(s)"
-            f"{f' ({len(spares)} of them standby spares at some point)' if spares else ''}. "
+            f"<h2>Timeline</h2><p>{counted(len(cycles), 'cycle')} in "
+            f"{counted(len(generations), 'generation')}, {counted(restarts, 'restart')}, "
+            f"on {counted(len(nodes), 'node')}{standing_by if spares else ''}. "
             "Each bar is a cycle on a run of neighbouring nodes.</p>"
         )
         if left_out:
@@ -281,12 +306,18 @@ def timeline_page(result: PassResult) -> str:
         body.append("<p>None.</p>")
     body.append("<ul>")
     for f in result.findings:
+        # What the screen says of a finding, line for line: its detail and its runbook.
+        extra = "".join(
+            f"<br><span class='dim'>{escape(line)}</span>"
+            for line in (f.detail, f"runbook: {f.runbook}" if f.runbook else "")
+            if line
+        )
         body.append(
             f"<li><b style='color:{_SEVERITY[f.severity]}'>{_MARK[f.severity]} "
             f"{escape(f.severity.value.upper())}</b> "
-            f"{escape(f.detector)}: {escape(f.summary)}"
-            + (f"<br><span class='dim'>{escape(f.detail)}</span>" if f.detail else "")
-            + "</li>"
+            f"{escape(f.detector)}: {escape(f.summary)}{extra}</li>"
         )
     body.append("</ul>")
-    return document(f"nvrx watch {name}", "".join(body), _CSS)
+    body += [f"<p><b>{escape(action)}</b></p>" for action in result.actions]
+    body += [f"<p class='dim'>note: {escape(line)}</p>" for line in result.notes]
+    return document(f"nvrx watch: {title}", "".join(body), _CSS)
