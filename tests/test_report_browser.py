@@ -19,6 +19,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -140,9 +141,17 @@ def test_the_watch_timeline_loads_with_no_console_message_and_no_request(
     assert page_requests(proxy) == []
 
 
-# Run inside a test copy of a page (its policy forbids scripts, so the copy drops it): every
-# place where something is wider than the box it sits in, as the browser laid it out.
-OVERFLOW_CHECK = """<script>
+# Run inside a test copy of a page (its policy forbids scripts, so the copy drops it), on the
+# page as the browser laid it out:
+# - every place where something is wider than the box it sits in;
+# - every word broken across lines (a run of letters and digits whose characters lie on more
+#   than one line: "resta|rt"); a long path or id (`code.path`) may wrap anywhere, and is left
+#   out;
+# - every line of a table in text (`pre.table`: the FR analyser's) that wrapped, so that the
+#   table lost its columns;
+# - every two marks above a timeline's track that overlap, and every critical mark that is not
+#   on top where it is drawn (a warning drawn over it hides it).
+PAGE_CHECK = """<script>
 const bad = [], W = document.documentElement.clientWidth;
 if (document.documentElement.scrollWidth > W + 1)
   bad.push(`page ${document.documentElement.scrollWidth}px wide in a ${W}px window`);
@@ -169,25 +178,64 @@ for (const s of document.querySelectorAll(".tl .axis span, .tl .marks span")) {
   const p = s.parentElement.getBoundingClientRect(), b = s.getBoundingClientRect();
   if (b.left < p.left - 1 || b.right > p.right + 1) bad.push(`outside the track: ${what(s)}`);
 }
+const texts = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT, {acceptNode: (n) =>
+  n.parentElement.closest("svg, script, style, code.path") ? NodeFilter.FILTER_REJECT
+    : NodeFilter.FILTER_ACCEPT});
+const range = document.createRange();
+for (let n; (n = texts.nextNode());) {
+  for (const m of n.data.matchAll(/[\\p{L}\\p{N}]{2,}/gu)) {
+    range.setStart(n, m.index);
+    range.setEnd(n, m.index + m[0].length);
+    const tops = [...range.getClientRects()].filter((r) => r.width > 0).map((r) => r.top);
+    if (tops.length > 1 && Math.max(...tops) - Math.min(...tops) > 2)
+      bad.push(`broken word: ${m[0]} in ${what(n.parentElement)}`);
+  }
+}
+for (const pre of document.querySelectorAll("pre.table")) {
+  let at = 0;
+  for (const line of pre.textContent.split("\\n")) {
+    const text = pre.firstChild;
+    if (line.trim() && text && text.nodeType === Node.TEXT_NODE) {
+      range.setStart(text, at);
+      range.setEnd(text, at + line.length);
+      const tops = new Set([...range.getClientRects()].map((r) => Math.round(r.top)));
+      if (tops.size > 1) bad.push(`a table's line wrapped: ${line.slice(0, 50)}`);
+    }
+    at += line.length + 1;
+  }
+}
+const marks = [...document.querySelectorAll(".tl .marks > span")];
+const boxes = marks.map((m) => m.getBoundingClientRect());
+for (let i = 0; i < marks.length; i++)
+  for (let j = i + 1; j < marks.length; j++) {
+    const a = boxes[i], b = boxes[j];
+    if (Math.min(a.right, b.right) - Math.max(a.left, b.left) > 0.5 &&
+        Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > 0.5)
+      bad.push(`marks overlap: ${what(marks[i])} and ${what(marks[j])}`);
+  }
+for (const c of document.querySelectorAll(".tl .marks .sev-critical")) {
+  c.scrollIntoView({block: "center", inline: "center"});
+  const r = c.getBoundingClientRect();
+  const top = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+  if (top === null || !c.contains(top)) bad.push(`critical mark covered: ${what(c)}`);
+}
 document.body.insertAdjacentHTML("beforeend",
-  `<pre id="overflow">${JSON.stringify(bad).replace(/</g, "&lt;")}</pre>`);
+  `<pre id="checked">${JSON.stringify(bad).replace(/</g, "&lt;")}</pre>`);
 </script>"""
 
 
-def overflows(page: Path, proxy: Proxy, tmp_path: Path, width: int) -> list[str]:
-    """What overflows on `page` at a window `width` px wide, every <details> opened; when
-    something does, a screenshot of it is kept beside the copy for whoever reads the failure
+def page_faults(page: Path, proxy: Proxy, tmp_path: Path, width: int) -> list[str]:
+    """What `PAGE_CHECK` finds on `page` at a window `width` px wide, every <details> opened;
+    when it finds something, a screenshot is kept beside the copy for whoever reads the failure
     (only then: a render is a second of browser start-up)."""
     import json
 
     text = re.sub(r"<meta http-equiv='Content-Security-Policy'[^>]*>", "", page.read_text())
-    text = text.replace("<details ", "<details open ").replace(
-        "</body>", OVERFLOW_CHECK + "</body>"
-    )
+    text = text.replace("<details ", "<details open ").replace("</body>", PAGE_CHECK + "</body>")
     copy = tmp_path / f"{page.stem}-{width}.html"
     copy.write_text(text)
     rendered = render(copy, proxy, tmp_path / "profile", width=width)
-    found = re.findall(r'<pre id="overflow">(\[.*?\])</pre>', rendered.dom, re.S)
+    found = re.findall(r'<pre id="checked">(\[.*?\])</pre>', rendered.dom, re.S)
     assert found, rendered.dom[-2000:]
     result: list[str] = json.loads(found[-1].replace("&lt;", "<").replace("&amp;", "&"))
     if result:
@@ -197,11 +245,16 @@ def overflows(page: Path, proxy: Proxy, tmp_path: Path, width: int) -> list[str]
 
 def pages(tmp_path: Path) -> dict[str, Path]:
     """Each page nvrx draws, on data that fills it: a campaign with a previous session to
-    compare (long entries, changed cells), the score page, a storm chain's timeline."""
-    from nvrx.inject.report import write_html
+    compare (long entries, changed cells, unscored and failing ones), the score page of the
+    demo and of that campaign, a storm chain's timeline (restarts and findings crowded at its
+    end), a stalled one's, and a chain of one minute."""
+    from nvrx.inject.report import session_rows, write_html
+    from nvrx.score.html import page as score_page
+    from nvrx.score.report import summarise
 
     from .cli_runner import nvrx
     from .test_inject_report import session_with, verdict
+    from .test_watch_watcher import cycle_file
 
     base = tmp_path / "campaigns"
     base.mkdir()
@@ -222,13 +275,23 @@ def pages(tmp_path: Path) -> dict[str, Path]:
     )
     assert done.returncode == 0, done.stderr
     out["score"] = score
+    rows = session_rows(new.dir)
+    verdicts = [r.verdict for r in rows]
+    out["score-session"] = tmp_path / "score-session.html"
+    out["score-session"].write_text(
+        score_page([r.case for r in rows], verdicts, summarise(verdicts), "session")
+    )
     chains = tmp_path / "chains"
     made = subprocess.run(
         [sys.executable, str(REPO / "examples" / "chains" / "make_chains.py"), str(chains)],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
-    for name in ("storm", "stalled"):
+    start = datetime.now(UTC) - timedelta(minutes=5)
+    for i in range(4):  # a minute-long chain: three restarts 20 s apart
+        at = start + timedelta(seconds=20 * i)
+        cycle_file(chains / "minute", "905", i, at, at + timedelta(seconds=15))
+    for name in ("storm", "stalled", "minute"):
         page = tmp_path / f"{name}.html"
         done = nvrx(
             "watch", "--platform", "none", "--work-dir", str(chains / name),
@@ -240,16 +303,16 @@ def pages(tmp_path: Path) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("width", [900, 1400])
-def test_no_page_has_anything_wider_than_its_box(tmp_path: Path, proxy: Proxy, width: int) -> None:
+def test_no_page_overflows_a_box_breaks_a_word_or_hides_a_mark(
+    tmp_path: Path, proxy: Proxy, width: int
+) -> None:
     found = {
-        name: overflows(page, proxy, tmp_path, width) for name, page in pages(tmp_path).items()
+        name: page_faults(page, proxy, tmp_path, width) for name, page in pages(tmp_path).items()
     }
     assert found == {name: [] for name in found}
 
 
-def test_the_overflow_check_catches_a_cell_too_narrow_for_its_text(
-    tmp_path: Path, proxy: Proxy
-) -> None:
+def test_the_checks_catch_a_cell_too_narrow_for_its_text(tmp_path: Path, proxy: Proxy) -> None:
     page = tmp_path / "narrow.html"
     page.write_text(
         "<!DOCTYPE html><html><body><table><tr><td style='max-width:40px;overflow:hidden'>"
@@ -258,6 +321,32 @@ def test_the_overflow_check_catches_a_cell_too_narrow_for_its_text(
         "<rect x='0' y='0' width='30' height='30'/><text x='2' y='20'>much too long</text></g>"
         "</svg></body></html>"
     )
-    found = overflows(page, proxy, tmp_path, 900)
+    found = page_faults(page, proxy, tmp_path, 900)
     assert any("wider than its box: td" in f for f in found)
     assert any("text wider than its cell" in f for f in found)
+
+
+def test_the_checks_catch_a_broken_word_a_wrapped_table_and_a_critical_mark_under_a_warning(
+    tmp_path: Path, proxy: Proxy
+) -> None:
+    page = tmp_path / "crowded.html"
+    page.write_text(
+        "<!DOCTYPE html><html><body><table><tr><th style='width:30px;word-break:break-all'>"
+        "restart</th><td style='width:30px;word-break:break-all'>unscored</td></tr></table>"
+        "<p><code class='path'>/a/path/that/may/wrap/anywhere</code></p>"
+        "<div class='tl'><div class='marks' style='position:relative;width:300px;height:18px'>"
+        "<span class='mark' style='position:absolute;left:100px'>"
+        "<span class='sev-critical'>◆</span></span>"
+        "<span class='mark' style='position:absolute;left:103px;background:#fff'>"
+        "<span class='sev-warning'>▲</span></span>"
+        "<span class='mark' style='position:absolute;left:200px'>↻</span></div></div>"
+        "<pre class='table' style='width:120px;white-space:pre-wrap'>PGID | Process Group Desc | "
+        "Op Type\n5    | DATA_PARALLEL     | all_reduce</pre></body></html>"
+    )
+    found = page_faults(page, proxy, tmp_path, 900)
+    assert any(f.startswith("broken word: restart in th") for f in found), found
+    assert any(f.startswith("broken word: unscored in td") for f in found), found
+    assert not any("path" in f for f in found), found
+    assert sum(f.startswith("marks overlap: ") for f in found) == 1, found
+    assert any(f.startswith("critical mark covered: ") for f in found), found
+    assert sum(f.startswith("a table's line wrapped: ") for f in found) == 2, found
