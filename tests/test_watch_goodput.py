@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -282,3 +283,86 @@ def test_the_hung_time_starts_at_the_last_sign_of_progress() -> None:
     g = goodput(cycles, spans, [], t(1000), stalled_since=t(400))
     assert (g.seconds["productive"], g.seconds["stalled"]) == (400, 600)
     assert goodput(cycles, spans, [], t(1000)).seconds["stalled"] == 0
+
+
+# --- the no-restart verdict: the launcher gave up on a cycle that never advanced ---------------
+
+
+def test_a_generation_that_ended_on_the_no_restart_verdict_trained_nothing_after_its_save() -> None:
+    # The no-restart demo: the checkpoint was written at 5, the one cycle ran from 10 to 60
+    # without advancing it, every launcher exited 93 and task 0's trap cancelled its own array,
+    # so accounting shows CANCELLED 0:0, as a clean end does. A pass at 70 still saw the save.
+    cycles = [cycle("75", 0, 10, 60)]
+    saves = [SaveSeen(1, t(5), t(70))]
+    verdict = GenerationSpan(
+        "75", t(0), t(62), JobState.CANCELLED, ExitStatus(0, 0), no_restart=True
+    )
+    g = goodput(cycles, [verdict], saves, t(80))
+    assert g.seconds["productive"] == 0 and g.fraction == 0
+    assert g.seconds["progress_lost"] == 50  # the whole cycle: redone from the save at 5
+    assert g.seconds["restart_overhead"] == 2  # its end to task 0's
+    # The same ending without the verdict is a clean end: training finished.
+    clean = GenerationSpan("75", t(0), t(62), JobState.CANCELLED, ExitStatus(0, 0))
+    assert goodput(cycles, [clean], saves, t(80)).seconds["productive"] == 50
+
+
+def test_the_verdict_is_read_from_the_flag_file_and_remembered(tmp_path: Path) -> None:
+    from nvrx.config import WatchSettings
+    from nvrx.watch.model import ChainRef
+    from nvrx.watch.observe import observe_platforms
+    from nvrx.watch.resolve import Target
+    from tests.test_slurm_replay import Replay, slurm_for
+
+    chain = ChainRef("demo", "alice", str(tmp_path), chain_id="c1", manifest_job_ids=("75",))
+    flag = tmp_path / "nvrx" / "75" / "control" / "no_restart"
+    flag.parent.mkdir(parents=True)
+    flag.touch()
+    replay = Replay({
+        "squeue": [(0, "", "")],
+        "sinfo": [(0, "", "")],
+        "sacct": [(0, "75_0|75|CANCELLED by 0|0:0|1795944250|1795944260|n1|alice|demo\n", "")],
+    })  # fmt: skip
+    now = datetime.now(UTC)
+    (platform,) = observe_platforms([Target(chain, (), None, "k")], slurm_for(replay),
+                                    WatchSettings(), now)  # fmt: skip
+    (span,) = platform.spans
+    assert span.no_restart and not span.clean
+    assert platform.endings[0].no_restart and not platform.endings[0].clean
+    # Remembered in the state file, and kept once seen (a flag file cleaned up later, or a
+    # state written before the verdict was remembered, does not make it a clean end).
+    state = WatchState()
+    state.see_spans([span])
+    save_state(state, tmp_path / "state.json")
+    again = load_state(tmp_path / "state.json")
+    assert again.spans["75"].no_restart
+    again.see_spans([replace(span, no_restart=False)])
+    assert again.spans["75"].no_restart
+    raw = json.loads((tmp_path / "state.json").read_text())
+    raw["spans"] = [item[:5] for item in raw["spans"]]  # an older watcher's state
+    (tmp_path / "state.json").write_text(json.dumps(raw))
+    assert not load_state(tmp_path / "state.json").spans["75"].no_restart
+
+
+def test_without_accounting_the_flag_file_says_the_last_cycle_was_not_productive(
+    tmp_path: Path,
+) -> None:
+    from .test_watch_watcher import cycle_file, watch
+
+    # The demo's chain seen with --platform none: checkpoint written before the one cycle,
+    # which ran 4 minutes and ended on the verdict (the flag file).
+    work = tmp_path / "w"
+    now = datetime.now(UTC)
+    ckpt = work / "checkpoints" / "latest_checkpointed_iteration.txt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_text("1\n")
+    saved = (now - timedelta(minutes=6)).timestamp()
+    os.utime(ckpt, (saved, saved))
+    cycle_file(work, "75", 0, now - timedelta(minutes=5), now - timedelta(minutes=1))
+    _, unsaid, _ = watch(work, tmp_path / "state0")
+    assert unsaid["goodput"]["seconds"]["unknown"] > 200  # how it ended: unknown, not productive
+    (work / "nvrx" / "75" / "control").mkdir()
+    (work / "nvrx" / "75" / "control" / "no_restart").touch()
+    _, doc, _ = watch(work, tmp_path / "state")
+    good = doc["goodput"]
+    assert good["seconds"]["productive"] == 0 and good["fraction"] == 0
+    assert abs(good["seconds"]["progress_lost"] - 240) < 2

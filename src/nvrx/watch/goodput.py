@@ -16,7 +16,9 @@ ml-goodput-measurement's categories):
     unknown           the rest: what the sources cannot tell is never guessed
 
 A cycle "ended in a failure" when another cycle followed it (in its generation or a later one),
-or when its generation's task 0 did not end cleanly (`model.ended_cleanly`). Its progress lost
+or when its generation's task 0 did not end cleanly (`model.ended_cleanly`: a generation that
+ended on the no-restart verdict did not, even when accounting shows CANCELLED 0:0, since its
+launcher gave up on a cycle whose progress never advanced). Its progress lost
 is known only when a watch pass at or after its end saw the checkpoint file still at a save
 made before it (then nothing was saved in between), or saw no checkpoint file at all (then the
 whole cycle is redone). Otherwise the cycle's time is unknown, not productive.
@@ -27,7 +29,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -252,11 +254,14 @@ def goodput(
     *,
     stalled_since: datetime | None = None,
     accounting: bool = True,
+    verdicts: Collection[str] = (),
 ) -> Goodput:
     """The chain's wall time by category (see the module doc); `cycles` sorted by start;
     `unsaved_until`, the last pass that found no checkpoint file yet; `stalled_since`, the last
     sign of progress of an open cycle a detector calls hung; `accounting`, whether sacct was
-    read (without it, the categories it is the source of say so).
+    read (without it, the categories it is the source of say so); `verdicts`, generations that
+    ended on the no-restart verdict as their flag file says (with no span to say it: no
+    accounting).
 
     A `Cycles` is read by block: its summaries, and the columns of a block only when `shares`
     (what earlier passes computed for closed blocks of unchanged directories, keyed by their
@@ -298,6 +303,9 @@ def goodput(
         s.job_id: (s.state is not None, s.clean, None if s.end is None else to_us(s.end))
         for s in spans
     }
+    for job in verdicts:
+        ending = by_span.get(job)
+        by_span[job] = (True, False, None if ending is None else ending[2])
     unsaved = -math.inf if unsaved_until is None else to_us(unsaved_until)
     around = _Around(by_span, _Proofs(saves), unsaved, end)
     share = [0, 0, 0, 0, 0]

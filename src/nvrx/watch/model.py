@@ -434,10 +434,21 @@ class TaskZeroEnding:
     exit: ExitStatus | None
     no_restart: bool  # exit code was the no-restart code, or the generation's no_restart flag
 
+    @property
+    def clean(self) -> bool:
+        return ended_cleanly(self.state, self.exit, self.no_restart)
 
-def ended_cleanly(state: JobState | None, exit: ExitStatus | None) -> bool:
+
+def ended_cleanly(
+    state: JobState | None, exit: ExitStatus | None, no_restart: bool = False
+) -> bool:
     """Task 0 ended without a failure: COMPLETED, or CANCELLED with exit 0:0 (an nvrx
-    generation's task 0 cancels its own array, itself included, once its launcher exited 0)."""
+    generation's task 0 cancels its own array, itself included, once its launcher exited 0),
+    and not on the no-restart verdict (`no_restart`: its exit code, or the generation's flag
+    file). The verdict's task 0 also cancels its own array, so accounting may show it
+    CANCELLED 0:0 too: the flag file is what tells it apart."""
+    if no_restart:
+        return False
     if state is JobState.COMPLETED:
         return True
     return state is JobState.CANCELLED and exit is not None and exit.code == 0 and exit.signal == 0
@@ -452,10 +463,11 @@ class GenerationSpan:
     end: datetime | None
     state: JobState | None = None
     exit: ExitStatus | None = None
+    no_restart: bool = False  # ended on the no-restart verdict (exit code or flag file)
 
     @property
     def clean(self) -> bool:
-        return ended_cleanly(self.state, self.exit)
+        return ended_cleanly(self.state, self.exit, self.no_restart)
 
 
 @dataclass(frozen=True, slots=True)
@@ -563,6 +575,9 @@ class Snapshot:
     # see the cycle files is as blind as one that cannot see Slurm.
     cycles_blind: str | None = None
     counter_drops: tuple[CounterDrop, ...] = ()  # against the highest values the state saw
+    # Generations whose no-restart flag file this pass found without accounting to say how
+    # they ended (`--platform none`): the latest generation's, once its last cycle closed.
+    no_restart_flags: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not isinstance(self.cycles, Cycles):

@@ -150,19 +150,27 @@ def _generations(rows: list[QueueRow], target: Target) -> tuple[Generation, ...]
     )
 
 
-def _ending(row: AccountingRow, target: Target) -> TaskZeroEnding:
-    chain = target.chain
-    flagged = False
-    if chain.work_dir is not None:
-        flag = Path(chain.work_dir) / "nvrx" / row.array_job_id / "control" / "no_restart"
-        flagged = flag.exists()
+def _flagged(target: Target, job_id: str) -> bool:
+    """The generation's no-restart flag file exists (written by whichever node's launcher exited
+    with the verdict: task 0's own exit code may arrive as 143, or its trap's cancel of its own
+    array may leave CANCELLED 0:0 in accounting)."""
+    work = target.chain.work_dir
+    return work is not None and (Path(work) / "nvrx" / job_id / "control" / "no_restart").exists()
+
+
+def _no_restart(row: AccountingRow, target: Target) -> bool:
+    """Task 0 ended on the no-restart verdict: its exit code, or the generation's flag file."""
     code = row.exit.code if row.exit is not None else None
+    return code == target.chain.no_restart_exit_code or _flagged(target, row.array_job_id)
+
+
+def _ending(row: AccountingRow, target: Target) -> TaskZeroEnding:
     return TaskZeroEnding(
         job_id=row.array_job_id,
         state=row.state,
         end=row.end,
         exit=row.exit,
-        no_restart=flagged or code == chain.no_restart_exit_code,
+        no_restart=_no_restart(row, target),
     )
 
 
@@ -273,9 +281,17 @@ def observe_platforms(
 
 
 def _spans(rows: list[AccountingRow], target: Target, known: set[str]) -> list[GenerationSpan]:
-    """When each generation's task 0 started and ended, whatever its state (goodput)."""
+    """When each generation's task 0 started and ended, whatever its state, and whether it
+    ended on the no-restart verdict (goodput: its last cycle did not train to the end)."""
     return [
-        GenerationSpan(r.array_job_id, r.start, r.end, r.state, r.exit)
+        GenerationSpan(
+            r.array_job_id,
+            r.start,
+            r.end,
+            r.state,
+            r.exit,
+            no_restart=r.state.is_terminal and _no_restart(r, target),
+        )
         for r in _task_zero_rows(rows, target, known)
     ]
 
@@ -327,7 +343,8 @@ def observe(
             SkippedFile(c.path, "start time in the future (the writer's clock ahead?)")
             for c in future
         ]
-    current = cycles[-1].job_id if cycles else None
+    latest = cycles[-1] if cycles else None
+    current = latest.job_id if latest is not None else None
     checkpoint = read_checkpoint(
         target.checkpoint_path(current),
         state,
@@ -338,6 +355,13 @@ def observe(
     drops = state.see_counters(None if checkpoint.error else checkpoint.value, cycles)
     if platform is None and slurm is not None:
         platform = observe_platforms([target], slurm, settings, now)[0]
+    # Without accounting, the flag file alone tells how the chain's last generation ended.
+    verdicts = frozenset(
+        [latest.job_id]
+        if platform is None and latest is not None and latest.end is not None
+        and _flagged(target, latest.job_id)
+        else []
+    )  # fmt: skip
     return Snapshot(
         observed_at=now,
         host=host,
@@ -351,6 +375,7 @@ def observe(
         cycles_blind=_blind_location(target, skipped)
         or _blind_reader(cycles, skipped, stats.unreadable + len(future)),
         counter_drops=tuple(drops),
+        no_restart_flags=verdicts,
     )
 
 

@@ -12,7 +12,7 @@ import json
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -90,8 +90,12 @@ class WatchState:
         del self.saves[:-_SAVES_KEPT]
 
     def see_spans(self, spans: Sequence[GenerationSpan]) -> list[GenerationSpan]:
-        """Merge this pass's generation spans into those remembered; all of them, by start."""
+        """Merge this pass's generation spans into those remembered; all of them, by start. A
+        no-restart verdict once seen stays (a flag file cleaned up later does not undo it)."""
         for span in spans:
+            known = self.spans.get(span.job_id)
+            if known is not None and known.no_restart and not span.no_restart:
+                span = replace(span, no_restart=True)
             self.spans[span.job_id] = span
         if len(self.spans) > _SPANS_KEPT:
             keep = sorted(self.spans.values(), key=_span_order)[-_SPANS_KEPT:]
@@ -217,6 +221,7 @@ class WatchState:
                     s.end.isoformat() if s.end else None,
                     s.state.value if s.state else None,
                     str(s.exit) if s.exit else None,
+                    s.no_restart,
                 ]
                 for s in self.spans.values()
             ],
@@ -300,14 +305,18 @@ def _saves(raw: Any) -> list[SaveSeen]:
 def _spans(raw: Any) -> dict[str, GenerationSpan]:
     out: dict[str, GenerationSpan] = {}
     for item in raw if isinstance(raw, list) else ():
-        if not (isinstance(item, list) and len(item) == 5 and isinstance(item[0], str)):
+        # Five items: a state written before the no-restart verdict was remembered.
+        if not (isinstance(item, list) and len(item) in (5, 6) and isinstance(item[0], str)):
             continue
         try:
             state = JobState(item[3]) if isinstance(item[3], str) else None
             code = ExitStatus.parse(item[4]) if isinstance(item[4], str) else None
         except ValueError:
             state = code = None
-        out[item[0]] = GenerationSpan(item[0], _time(item[1]), _time(item[2]), state, code)
+        verdict = len(item) == 6 and item[5] is True
+        out[item[0]] = GenerationSpan(
+            item[0], _time(item[1]), _time(item[2]), state, code, no_restart=verdict
+        )
     return out
 
 

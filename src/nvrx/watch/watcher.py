@@ -264,6 +264,7 @@ class Watcher:
             state.goodput_shares,
             stalled_since=last_progress(snap) if hung else None,
             accounting=snap.platform is not None and snap.platform.accounting_ok,
+            verdicts=snap.no_restart_flags,
         )
         state.keep_shares({b.ident for b in snap.cycles.blocks if b.ident is not None})
         if not result.degraded:

@@ -13,7 +13,7 @@ from nvrx.watch.detectors.common import (
     seconds_since,
     utc_text,
 )
-from nvrx.watch.model import CancelPending, Finding, Severity, Snapshot, ended_cleanly
+from nvrx.watch.model import CancelPending, Finding, Severity, Snapshot
 
 
 def orphaned_generation(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
@@ -105,7 +105,7 @@ def chain_exhausted(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
         f"chain {name} has no job left in the queue: training has stopped",
     )
     final = ended[-1] if ended else None
-    if verdict is None and final is not None and ended_cleanly(final.state, final.exit):
+    if verdict is None and final is not None and final.clean:
         # The last generation's launcher exited 0: training finished, or the chain used its
         # generations up. Only the checkpoint against the training's end tells which.
         goal, reached = snap.chain.train_iterations, snap.checkpoint.value

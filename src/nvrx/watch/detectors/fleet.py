@@ -4,7 +4,7 @@ snapshot of one pass and the settings.
 `fleet_suspect_node`: a node in a cycle that ended in a failure, in two or more chains within
 `fleet_window`. A cycle ended in a failure when the launcher started another one in the same
 generation (an in-job restart), or when it was the generation's last and task 0 did not end
-cleanly (`model.ended_cleanly`).
+cleanly (`model.ended_cleanly`: not on the no-restart verdict either).
 Blind chains (no queue) still count their restarts (those are in the cycle files), never the
 endings they could not see.
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from nvrx.config import WatchSettings
 from nvrx.watch.detectors.common import drain_state
-from nvrx.watch.model import CycleInfo, Finding, Severity, Snapshot, ended_cleanly, to_us
+from nvrx.watch.model import CycleInfo, Finding, Severity, Snapshot, to_us
 
 # (every chain's snapshot, each one's failed cycles in the window (`failed_cycles`, read once
 # per pass), the settings) -> findings
@@ -34,7 +34,7 @@ def failed_cycles(snap: Snapshot, window: float) -> list[CycleInfo]:
         job = cycle.job_id
         if job not in lost:
             ending = platform.ending(job) if platform is not None else None
-            lost[job] = ending is not None and not ended_cleanly(ending.state, ending.exit)
+            lost[job] = ending is not None and not ending.clean
         if not last or lost[job]:  # restarted, or its generation did not end cleanly
             out.append(cycle)
     return out
