@@ -5,6 +5,9 @@ drained nodes) and one sacct (task-0 endings in the churn window) per pass, plus
 sacct only when a generation lost its task 0 longer ago than that window, for one chain or a
 fleet of them. A failed query is
 recorded in the snapshot, never read as "nothing running" (docs/slurm-adapter.md).
+
+One module: every read of a pass shares one budget of Slurm queries and one snapshot, and the
+no-restart evidence (flag file, exit 93) is read beside the accounting it corrects.
 """
 
 from __future__ import annotations
