@@ -4,7 +4,6 @@ sources cannot tell is unknown, never productive."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -113,15 +112,11 @@ def test_passes_remember_each_save_and_until_when_it_was_the_last(tmp_path: Path
 
 
 def test_a_watch_pass_reports_the_goodput_it_can_prove(tmp_path: Path) -> None:
-    from .test_watch_watcher import cycle_file, watch
+    from .test_watch_watcher import checkpoint_file, cycle_file, watch
 
     work = tmp_path / "w"
     now = datetime.now(UTC)
-    ckpt = work / "checkpoints" / "latest_checkpointed_iteration.txt"
-    ckpt.parent.mkdir(parents=True)
-    ckpt.write_text("40\n")
-    saved = (now - timedelta(minutes=20)).timestamp()
-    os.utime(ckpt, (saved, saved))
+    checkpoint_file(work, "40\n", now - timedelta(minutes=20))
     cycle_file(work, "800", 0, now - timedelta(minutes=30), now - timedelta(minutes=10))
     cycle_file(work, "800", 1, now - timedelta(minutes=9), None)
     _, doc, _ = watch(work, tmp_path / "state")
@@ -346,17 +341,13 @@ def test_the_verdict_is_read_from_the_flag_file_and_remembered(tmp_path: Path) -
 def test_without_accounting_the_flag_file_says_the_last_cycle_was_not_productive(
     tmp_path: Path,
 ) -> None:
-    from .test_watch_watcher import cycle_file, watch
+    from .test_watch_watcher import checkpoint_file, cycle_file, watch
 
     # The demo's chain seen with --platform none: checkpoint written before the one cycle,
     # which ran 4 minutes and ended on the verdict (the flag file).
     work = tmp_path / "w"
     now = datetime.now(UTC)
-    ckpt = work / "checkpoints" / "latest_checkpointed_iteration.txt"
-    ckpt.parent.mkdir(parents=True)
-    ckpt.write_text("1\n")
-    saved = (now - timedelta(minutes=6)).timestamp()
-    os.utime(ckpt, (saved, saved))
+    checkpoint_file(work, "1\n", now - timedelta(minutes=6))
     cycle_file(work, "75", 0, now - timedelta(minutes=5), now - timedelta(minutes=1))
     _, unsaid, _ = watch(work, tmp_path / "state0")
     assert unsaid["goodput"]["seconds"]["unknown"] > 200  # how it ended: unknown, not productive

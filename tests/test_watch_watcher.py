@@ -42,14 +42,21 @@ def cycle_file(work: Path, job: str, cycle: int, start: datetime, end: datetime 
     )
 
 
+def checkpoint_file(work: Path, text: str, saved: datetime | None = None) -> Path:
+    """The chain's checkpoint-iteration file holding `text`, last written at `saved` (default:
+    now); its path."""
+    ckpt = work / "checkpoints" / "latest_checkpointed_iteration.txt"
+    ckpt.parent.mkdir(parents=True, exist_ok=True)
+    ckpt.write_text(text)
+    if saved is not None:
+        os.utime(ckpt, (saved.timestamp(), saved.timestamp()))
+    return ckpt
+
+
 def stalled_run(work: Path) -> None:
     """Three short completed cycles and an open one, the checkpoint stuck at 40 since before."""
     now = datetime.now(UTC)
-    ckpt = work / "checkpoints" / "latest_checkpointed_iteration.txt"
-    ckpt.parent.mkdir(parents=True)
-    ckpt.write_text("40\n")
-    old = (now - timedelta(hours=1)).timestamp()
-    os.utime(ckpt, (old, old))
+    checkpoint_file(work, "40\n", now - timedelta(hours=1))
     for i in range(3):
         start = now - timedelta(minutes=30 - 5 * i)
         cycle_file(work, "900", i, start, start + timedelta(minutes=1))
@@ -64,17 +71,12 @@ def closed_cycles_then_an_open_one(work: Path, job: str, ran: timedelta, checkpo
         start = now - (4 - i) * ran
         cycle_file(work, job, i, start, start + ran)
     cycle_file(work, job, 3, now - ran / 4, None)
-    ckpt = work / "checkpoints" / "latest_checkpointed_iteration.txt"
-    ckpt.parent.mkdir(parents=True)
-    ckpt.write_text(checkpoint)
-    return ckpt
+    return checkpoint_file(work, checkpoint)
 
 
 def healthy_run(work: Path) -> None:
     now = datetime.now(UTC)
-    ckpt = work / "checkpoints" / "latest_checkpointed_iteration.txt"
-    ckpt.parent.mkdir(parents=True)
-    ckpt.write_text("400\n")
+    checkpoint_file(work, "400\n")
     cycle_file(work, "901", 0, now - timedelta(minutes=20), None)
 
 
@@ -470,9 +472,7 @@ def test_a_checkpoint_file_that_keeps_holding_no_iteration_is_reported(tmp_path:
     # a watcher that took it as "being written" forever would never see progress stop.
     work = tmp_path / "w"
     cycle_file(work, "980", 0, datetime.now(UTC) - timedelta(minutes=20), None)
-    ckpt = work / "checkpoints" / "latest_checkpointed_iteration.txt"
-    ckpt.parent.mkdir(parents=True)
-    ckpt.write_text("iter=40\n")
+    ckpt = checkpoint_file(work, "iter=40\n")
     code, doc, _ = watch(work, tmp_path / "state")
     assert code == 0 and not doc["findings"]  # one pass: it may be caught mid-write
     code, doc, _ = watch(work, tmp_path / "state")
