@@ -235,7 +235,7 @@ def _launcher_notes(loaded: LoadedConfig) -> list[str]:
 
 
 def _programs_missing(loaded: LoadedConfig, work_dir: Path) -> list[str]:
-    """What a submission refuses: the first program the nodes would miss, or nothing."""
+    """What a submission refuses: each program the nodes would miss (none: nothing)."""
     chain = loaded.config.chain
     notes: list[str] = []
     if chain.container_image:
@@ -318,7 +318,8 @@ def submit_new(
     loaded = _absolute_commands(loaded)
     chain = loaded.config.chain
     rehearsing = dry_run or validate
-    warning = fault_warning(settings_record(loaded))
+    settings = settings_record(loaded)  # the manifest's, so the warning says what it keeps
+    warning = fault_warning(settings)
     if warning is not None and announce is not None:
         announce(warning)
     shape = shape_of(loaded)
@@ -350,7 +351,7 @@ def submit_new(
     options = generation_options(loaded, shape, job_name, work_dir, extra_args)
     options.to_argv()  # every sbatch value is checked before anything is written
     manifest = _new_manifest(
-        loaded, chain_id, job_name, work_dir, script_path, text, shape, options, argv
+        loaded, settings, chain_id, job_name, work_dir, script_path, text, shape, options, argv
     )
 
     if rehearsing:
@@ -454,6 +455,7 @@ def _write_script(path: Path, text: str) -> None:
 
 def _new_manifest(
     loaded: LoadedConfig,
+    settings: dict[str, dict[str, Any]],
     chain_id: str,
     job_name: str,
     work_dir: Path,
@@ -480,7 +482,7 @@ def _new_manifest(
             "model": asdict(model_layout(chain, shape)),
         },
         submit_options=submit_options,
-        settings=settings_record(loaded),
+        settings=settings,
         submitter=Submitter(
             user=Slurm.current_user(),
             host=socket.gethostname(),

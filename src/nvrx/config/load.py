@@ -91,22 +91,23 @@ Layered = dict[str, tuple[Any, Origin]]
 
 def find_config_file(
     explicit: Path | None, environ: Mapping[str, str], cwd: Path, home: Path
-) -> Path | None:
-    """The YAML file to read, by the documented search order; None when there is none."""
+) -> tuple[Path | None, bool]:
+    """The YAML file to read, by the documented search order (None when there is none), and
+    whether the search found it rather than --config or NVRX_CONFIG naming it."""
     if explicit is not None:
         if not explicit.is_file():
             raise ConfigError(f"config file not found: {explicit}")
-        return explicit
+        return explicit, False
     from_env = environ.get("NVRX_CONFIG", "").strip()
     if from_env:
         path = Path(os.path.expanduser(from_env))
         if not path.is_file():
             raise ConfigError(f"config file not found: {path} (from NVRX_CONFIG)")
-        return path
+        return path, False
     for candidate in (cwd / "nvrx.yaml", home / ".config" / "nvrx" / "config.yaml"):
         if candidate.is_file():
-            return candidate
-    return None
+            return candidate, True
+    return None, False
 
 
 def read_env_file(path: Path, environ: Mapping[str, str]) -> list[tuple[str, str, Origin]]:
@@ -170,7 +171,7 @@ def load_config(
     home = Path(os.path.expanduser("~")) if home is None else home
 
     layered: Layered = {}
-    yaml_path = find_config_file(config_file, environ, cwd, home)
+    yaml_path, found = find_config_file(config_file, environ, cwd, home)
     if yaml_path is not None:
         from nvrx.config.yamlfile import yaml_settings  # yaml only when there is a file
 
@@ -223,8 +224,6 @@ def load_config(
                 layered[key] = previous
 
     origins = {key: layered[key][1] if key in layered else Origin("default") for key in FIELDS}
-    named = config_file is not None or bool(environ.get("NVRX_CONFIG", "").strip())
-    found = yaml_path is not None and not named
     return LoadedConfig(config, origins, yaml_path, env_file, found, tuple(ignored))
 
 
