@@ -36,6 +36,7 @@ def test_a_plain_campaign_and_each_session_action_alone_are_requests_that_go_tog
         InjectRequest(reanalyze=Path("s"), force=True),
         InjectRequest(rerun_failing=Path("s"), batch_size=2),
         InjectRequest(next_=Path("s")),
+        InjectRequest(next_=Path("s"), as_json=True),
         # How a campaign runs: a resumed or re-run session takes it from this command line.
         InjectRequest(resume=Path("s"), batch_size=4, window_mode="strict", no_analysis=True,
                       cancel_on_interrupt=True, no_progress=True, as_json=True),

@@ -3,6 +3,7 @@ the session's results, and `--iters` expands the iteration dimension."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -65,7 +66,12 @@ def test_next_prints_a_pool_that_inject_loop_takes(tmp_path: Path) -> None:
     proc = nvrx("inject-loop", "--next", str(s.dir))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "SIGKILL:0:5:2\n"
-    assert proc.stderr.startswith("iteration 2: the 1 failing cell(s)")
+    assert proc.stderr.startswith("nvrx: note: iteration 2: the 1 failing cell(s)")
+    as_json = nvrx("inject-loop", "--next", str(s.dir), "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    doc = json.loads(as_json.stdout)
+    assert (doc["ok"], doc["iteration"], doc["entries"]) == (True, 2, ["SIGKILL:0:5:2"])
+    assert doc["session"] == str(s.dir.resolve()) and "failing cell" in doc["why"]
     listed = nvrx(
         "inject-loop", "--config", str(CPU_FAULT_DEMO / "nvrx.yaml"), "--list-pool",
         "--pool", proc.stdout.strip(), "--set", "slurm.gpus_per_node=4",

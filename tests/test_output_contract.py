@@ -1,6 +1,7 @@
 """The one output contract (docs/output-contract.md), walked over every subcommand: each `--json`
-document is one object with `schema` and the process's `exit_code`, its paths are absolute, and
-an error under `--json` is a document on stdout as well as one line on stderr."""
+document is one object on one line, `schema` then `ok` (the exit code is 0) first and the
+process's `exit_code` last, its paths are absolute, and an error under `--json` is a document on
+stdout as well as one line on stderr."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 from .cli_runner import clean_environ, slurm_settings
 from .cli_runner import nvrx as nvrx_in_process
+from .test_inject_report import session_with, verdict
 from .test_watch_watcher import healthy_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,26 +33,43 @@ def where(tmp_path: Path, shared_dir: Path) -> dict[str, str]:
     shutil.copytree(tmp_path / "w", tmp_path / "team" / "a")
     session = tmp_path / "fault_injection" / SESSION.name
     shutil.copytree(SESSION, session)
+    passing = session_with(tmp_path / "diff", "20260101_000000", [("SIGKILL:0:5:2", verdict())])
+    failing = session_with(
+        tmp_path / "diff", "20260102_000000", [("SIGKILL:0:5:2", verdict(rank_any="false"))]
+    )
     return {
         "w": str(tmp_path / "w"), "team": str(tmp_path / "team"), "state": str(tmp_path / "s"),
         "session": str(session), "chain": str(shared_dir / "chain"),
+        "passing": str(passing.dir), "failing": str(failing.dir),
     }  # fmt: skip
 
 
+# A watch pass's document is framed in nvrx.watch (watch/output.py, watch/fleetview.py) and
+# printed by its PassOutput, not by nvrx.contract.write_document: it has no `ok` until it is.
+WATCH_PASS = pytest.mark.xfail(
+    strict=True, reason="watch's pass document is not framed by nvrx.contract yet"
+)
+
+
 # (the command, its exit code on these inputs): every subcommand and every listing it prints.
-COMMANDS: list[tuple[list[str], int]] = [
+COMMANDS: list[Any] = [
     (["config", "show"], 0),
     (["config", "env"], 0),
     (["submit-chain", "--dry-run", "--work-dir", "{chain}", "--launcher", "/bin/true",
       "--set", "chain.train_command=/bin/true"], 0),
-    (["watch", "--platform", "none", "--work-dir", "{w}", "--state-dir", "{state}"], 0),
+    pytest.param(["watch", "--platform", "none", "--work-dir", "{w}", "--state-dir", "{state}"],
+                 0, marks=WATCH_PASS),
     (["watch", "--platform", "none", "--work-dir", "{w}", "--state-dir", "{state}", "--goodput"],
      0),
-    (["watch", "--platform", "none", "--fleet", "{team}", "--state-dir", "{state}"], 0),
+    pytest.param(["watch", "--platform", "none", "--fleet", "{team}", "--state-dir", "{state}"],
+                 0, marks=WATCH_PASS),
+    (["watch", "--platform", "none", "--fleet", "{session}"], 0),
     (["inject-loop", "--config", str(WORKLOAD), "--list-pool"], 0),
     (["inject-loop", "--config", str(WORKLOAD), "--dry-run", "--base-dir", "{state}"], 0),
+    (["inject-loop", "--next", "{session}"], 0),
     (["report", "{session}"], 0),
     (["report", "diff", "{session}", "{session}"], 0),
+    (["report", "diff", "{passing}", "{failing}"], 1),
     (["score", "{session}"], 0),
     (["analyze", "log", str(LOG)], 0),
     (["analyze", "fr", "{session}/n2_SEGFAULT_r1_i3/checkpoints"], 0),
@@ -78,18 +97,28 @@ def paths_in(doc: Any) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize(
-    ("args", "code"), COMMANDS, ids=[" ".join(a[:2]) + f"-{i}" for i, (a, _) in enumerate(COMMANDS)]
-)
-def test_every_json_document_has_schema_exit_code_and_absolute_paths(
+def command_id(i: int, row: Any) -> str:
+    args = row.values[0] if hasattr(row, "values") else row[0]  # a pytest.param, or a tuple
+    return " ".join(args[:2]) + f"-{i}"
+
+
+COMMAND_IDS = [command_id(i, row) for i, row in enumerate(COMMANDS)]
+
+
+@pytest.mark.parametrize(("args", "code"), COMMANDS, ids=COMMAND_IDS)
+def test_every_json_document_is_one_line_framed_by_schema_ok_and_exit_code(
     where: dict[str, str], args: list[str], code: int
 ) -> None:
     rc, out, err = run(args, where)
     assert rc == code, err
-    doc = json.loads(out)  # one document, nothing else on stdout
+    (line,) = out.splitlines()  # one document, on one line, nothing else on stdout
+    assert out == line + "\n"
+    doc = json.loads(line)
     assert isinstance(doc, dict)
-    assert next(iter(doc)) == "schema" and doc["schema"] == 1
-    assert doc["exit_code"] == rc
+    keys = list(doc)
+    assert keys[:2] == ["schema", "ok"] and keys[-1] == "exit_code", keys
+    assert doc["schema"] == 1 and doc["exit_code"] == rc
+    assert doc["ok"] is (rc == 0)
     for path in paths_in(doc):
         assert path.startswith("/"), (path, args)
 

@@ -12,9 +12,11 @@ Exit codes mean the same in every subcommand:
 
 When both 1 and 3 apply, 3 wins: an answer over what was not all seen is not complete.
 
-Every `--json` document is one JSON object with `schema` (this contract's version) first and
-`exit_code` (the process's); an error under `--json` is such an object too, with
-`ok: false` and `error`, as well as the one line on stderr.
+Every `--json` document is one JSON object on one line: `schema` (this contract's version)
+first, then `ok` (whether `exit_code` is 0), and `exit_code` (the process's) last; an error
+under `--json` is such an object too, with `error`, as well as the one line on stderr. One line
+per document, whatever the command: a stream (`watch --interval --json`) and a single answer
+read the same way (`jq`, `json.loads` of a line).
 """
 
 from __future__ import annotations
@@ -28,20 +30,27 @@ SCHEMA = 1
 OK, FOUND, BAD_INPUT, UNJUDGED, INTERRUPTED = 0, 1, 2, 3, 130
 
 
+FRAME = ("schema", "ok", "exit_code")
+
+
 def document(body: Mapping[str, Any], exit_code: int) -> dict[str, Any]:
-    """`body` framed: `schema` first, `exit_code` last (a body's own values win elsewhere)."""
-    return {"schema": SCHEMA, **body, "exit_code": exit_code}
+    """`body` framed: `schema`, then `ok`, first and `exit_code` last. The frame is the
+    contract's, never the body's: a body (or a document framed already) that carries one of
+    those keys gets them set from `exit_code`, so no document can say `ok` of a failure."""
+    inner = {key: value for key, value in body.items() if key not in FRAME}
+    return {"schema": SCHEMA, "ok": exit_code == OK, **inner, "exit_code": exit_code}
 
 
-def write_document(body: Mapping[str, Any], exit_code: int, *, indent: int | None = 2) -> None:
-    """Print one framed document on stdout."""
-    sys.stdout.write(json.dumps(document(body, exit_code), indent=indent) + "\n")
+def write_document(body: Mapping[str, Any], exit_code: int, *, indent: None = None) -> None:
+    """Print one framed document on stdout, on one line. (`indent` is accepted only as None,
+    for callers written when documents could be pretty-printed; it changes nothing.)"""
+    sys.stdout.write(json.dumps(document(body, exit_code)) + "\n")
     sys.stdout.flush()
 
 
 def error_document(message: str, exit_code: int) -> None:
     """An error under `--json`: the same line as on stderr, as a document on stdout."""
-    write_document({"ok": False, "error": message}, exit_code, indent=None)
+    write_document({"error": message}, exit_code)
 
 
 def wants_json(argv: list[str]) -> bool:

@@ -93,7 +93,7 @@ class InjectRequest:
                 raise CommandError(f"{mode} {says}: not with {', '.join(extra)}")
 
         if self.next_ is not None:
-            refuse("--next", "reads one session and prints the next pool", set())
+            refuse("--next", "reads one session and prints the next pool", {"--json"})
         if self.reanalyze is not None:
             refuse("--reanalyze", "works on a session alone (it takes --force and --json)",
                    {"--force", "--json"})  # fmt: skip
@@ -156,7 +156,7 @@ def inject_loop(
 
     request.check()
     if request.next_ is not None:
-        return next_iteration(request.next_, source)
+        return next_iteration(request.next_, source, request.as_json)
     r = request.resolved()
     entries: list[str] = []
     old: SessionState | None = None  # the journal of the session --rerun-failing re-runs
@@ -286,16 +286,21 @@ def open_session(directory: Path, force: bool) -> tuple[Any, Any]:
     return session, state
 
 
-def next_iteration(session_dir: Path, source: ConfigSource) -> int:
+def next_iteration(session_dir: Path, source: ConfigSource, as_json: bool = False) -> int:
     """`--next SESSION`: the next iteration's pool on stdout (for `--pool "$(...)"`), why on
-    stderr."""
+    stderr; with `as_json`, both in one document (`entries` empty: nothing left to run)."""
     from nvrx.inject.sweep import next_iteration as sweep_next
 
     dimensions = source.load().config.inject.stop_dimensions
-    open_session(session_dir.resolve(), False)
-    step = sweep_next(session_dir.resolve(), dimensions)
-    stderr().print(f"iteration {step.iteration}: {step.why}")
-    if step.entries:
+    session = session_dir.resolve()
+    open_session(session, False)
+    step = sweep_next(session, dimensions)
+    note(f"iteration {step.iteration}: {step.why}")
+    if as_json:
+        doc = {"session": str(session), "iteration": step.iteration, "why": step.why,
+               "entries": list(step.entries)}  # fmt: skip
+        write_document(doc, 0)
+    elif step.entries:
         sys.stdout.write(" ".join(step.entries) + "\n")
     return 0
 
