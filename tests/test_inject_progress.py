@@ -8,10 +8,11 @@ import io
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from nvrx.campaign.session import Session
-from nvrx.inject.output import RECENT_ENDED, progress_view
+from nvrx.inject.output import RECENT_ENDED, LineReporter, progress_view
 from nvrx.inject.window import Window
 
 from .test_inject_report import session_with, verdict
@@ -65,3 +66,15 @@ def test_a_large_pool_still_fits_one_screen(tmp_path: Path) -> None:
     text = shown(session, now, started=now - timedelta(hours=1))
     assert text.count("SIGKILL:") == RECENT_ENDED  # the last that ended; the report has all
     assert f"{30 - RECENT_ENDED} more" in text
+
+
+def test_a_campaigns_notes_go_to_stderr_prefixed_never_among_its_progress_lines(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    progress = io.StringIO()
+    reporter = LineReporter(Console(file=progress, width=200, color_system=None))
+    reporter.note("idle nodes unknown (sinfo timed out); submitting in pool order")
+    assert progress.getvalue() == ""
+    assert capsys.readouterr().err == (
+        "nvrx: note: idle nodes unknown (sinfo timed out); submitting in pool order\n"
+    )

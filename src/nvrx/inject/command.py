@@ -174,9 +174,9 @@ def inject_loop(
                 f"every experiment of {r.rerun_failing} passes {counted}: nothing to re-run"
             )
             return 0
-        stderr().print(
-            f"note: re-running {len(entries)} failing experiment(s) of {r.rerun_failing} "
-            "with its recorded workload, script and shape",
+        note(
+            f"re-running {len(entries)} failing experiment(s) of {r.rerun_failing} "
+            "with its recorded workload, script and shape"
         )
 
     def analysis(gpus_per_node: int) -> tuple[Analyzers, Judge] | None:
@@ -340,7 +340,7 @@ def reanalyze_session(
         from nvrx.inject import rows as report
 
     if code == 0 and unscored:
-        stderr().print(f"nvrx: {unscored} experiment(s) unscored after re-analysis")
+        warn(f"{unscored} experiment(s) unscored after re-analysis")
         code = 3
     if as_json:
         write_document(report.report_json(session.dir, rows, stop), code)

@@ -19,6 +19,7 @@ from nvrx.config import STOP_DIMENSIONS
 from nvrx.display import printable
 from nvrx.inject.analyst import ExperimentAnalysis
 from nvrx.score.model import DIMENSIONS, PASS_VALUE
+from nvrx.terminal import note
 
 _STATE_STYLE = {"COMPLETED": "green", "FAILED": "red", "CANCELLED": "yellow", "TIMEOUT": "yellow"}
 
@@ -115,7 +116,9 @@ class LineReporter:
             self.last_wait = counts
 
     def note(self, text: str) -> None:
-        self.say(f"note: {text}")
+        # What the user should know about the campaign, not its progress: stderr, prefixed,
+        # whichever console the progress lines go to (docs/output-contract.md, "Text output").
+        note(text)
 
     def close(self) -> None:
         pass
@@ -217,9 +220,6 @@ class LiveReporter(LineReporter):
     def waiting(self, state: SessionState, blind: str | None) -> None:
         self.state, self.blind = state, blind
         self.live.update(self._render())
-
-    def note(self, text: str) -> None:
-        self.live.console.print(Text(printable(f"note: {text}"), style="dim"))
 
     def close(self) -> None:
         self.live.stop()
