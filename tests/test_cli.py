@@ -243,13 +243,41 @@ def test_help_names_values_not_python_types_and_completion_is_on_the_root_only(
     assert "node-aware|strict|barrier" in inject
 
 
+def test_an_unknown_command_is_one_line_that_names_it_once(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path)}
+    for args, line in [
+        (["frobnicate"], "nvrx: error: no such command 'frobnicate' (see nvrx --help)"),
+        (["analyze", "xyz"], "nvrx: error: no such command 'xyz' in nvrx analyze "
+                             "(see nvrx analyze --help)"),
+    ]:  # fmt: skip
+        proc = run(*args, env=env, cwd=tmp_path)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", line + "\n")
+
+
+def test_a_group_lists_each_command_with_its_whole_first_line(tmp_path: Path) -> None:
+    text = run("analyze", "--help", env={"HOME": str(tmp_path)}, cwd=tmp_path).stdout
+    listing = " ".join(text.split("Commands:", 1)[1].split())
+    assert "..." not in listing
+    assert (
+        "fr Missing ranks from NCCL flight-recorder dumps, torch-free (upstream's table or "
+        "JSON)." in listing
+    )
+    assert (
+        "log The built-in log attribution (logsage's 5-field text): root rank, fault class, "
+        "decision." in listing
+    )
+
+
 def test_a_mistyped_command_or_setting_gets_the_closest_name(tmp_path: Path) -> None:
     env = {"HOME": str(tmp_path)}
     proc = run("wach", env=env, cwd=tmp_path)
     assert proc.returncode == 2
-    assert "No such command 'wach'. Did you mean 'watch'?" in proc.stderr
+    assert proc.stderr == "nvrx: error: no such command 'wach'. Did you mean 'watch'?\n"
     proc = run("config", "shw", env=env, cwd=tmp_path)
-    assert "Did you mean 'show'?" in proc.stderr
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        "nvrx: error: no such command 'shw' in nvrx config. Did you mean 'show'?\n"
+    )
     proc = run("config", "show", "--set", "watch.storm_cycle=3", env=env, cwd=tmp_path)
     assert proc.stderr.strip() == (
         "nvrx: error: unknown key 'watch.storm_cycle' (from --set). "

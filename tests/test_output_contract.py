@@ -124,6 +124,7 @@ def test_every_json_document_is_one_line_framed_by_schema_ok_and_exit_code(
 
 
 BAD = [
+    ["no-such-command"],
     ["config", "show", "--set", "watch.storm_cycle=1"],
     ["submit-chain", "--dry-run", "--work-dir", "/tmp/x"],
     ["watch", "--platform", "none", "--work-dir", "{w}", "--interval", "0x"],

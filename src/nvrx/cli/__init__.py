@@ -14,10 +14,10 @@ import sys
 from typing import Any, NamedTuple, NoReturn
 
 import typer
-from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
 import nvrx
+from nvrx.cli.options import CommandGroup
 
 
 class Subcommand(NamedTuple):
@@ -42,7 +42,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
 }
 
 
-class LazyGroup(TyperGroup):
+class LazyGroup(CommandGroup):
     """The root group: subcommands come from SUBCOMMANDS, each imported on first use."""
 
     def list_commands(self, ctx: Any) -> list[str]:
@@ -57,17 +57,6 @@ class LazyGroup(TyperGroup):
         command.name = cmd_name
         _plain_metavars(command)
         return command
-
-    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
-        try:
-            return super().resolve_command(ctx, args)
-        except Exception as exc:  # click's UsageError: "No such command"; the closest name too
-            message = getattr(exc, "message", None)
-            if isinstance(message, str) and args and message.startswith("No such command"):
-                from nvrx.display import did_you_mean
-
-                exc.message = message.rstrip(".") + did_you_mean(args[0], SUBCOMMANDS)  # type: ignore[attr-defined]
-            raise
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         with formatter.section("Commands"):

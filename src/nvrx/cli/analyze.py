@@ -7,9 +7,10 @@ from typing import Annotated
 
 import typer
 
-from nvrx.cli.options import JsonOpt
+from nvrx.cli.options import CommandGroup, JsonOpt
 
 app = typer.Typer(
+    cls=CommandGroup,
     help="Run the built-in analysers on one experiment's artifacts.",
     no_args_is_help=True,
     rich_markup_mode=None,

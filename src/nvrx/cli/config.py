@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import typer
 
-from nvrx.cli.options import ConfigOpt, EnvFileOpt, JsonOpt, SetOpt, config_source
+from nvrx.cli.options import CommandGroup, ConfigOpt, EnvFileOpt, JsonOpt, SetOpt, config_source
 
 app = typer.Typer(
+    cls=CommandGroup,
     help="Inspect the effective configuration.",
     no_args_is_help=True,
     rich_markup_mode=None,

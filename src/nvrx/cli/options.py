@@ -1,5 +1,6 @@
-"""Options every subcommand takes (so they can follow the subcommand like any other flag), and
-the completions of pool and workload names."""
+"""Options every subcommand takes (so they can follow the subcommand like any other flag), the
+group every command group is (the root and `config`, `analyze`), and the completions of pool
+and workload names."""
 
 from __future__ import annotations
 
@@ -8,9 +9,57 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.core import TyperGroup
+from typer.exceptions import TyperException
 
 if TYPE_CHECKING:
     from nvrx.config.load import ConfigSource
+
+
+class CommandGroup(TyperGroup):
+    """A group of nvrx's subcommands: its listing shows each one's whole first line of help
+    (never cut with "..."), and an unknown name is one line of bad input, `no such command
+    'X'`, with the closest name when one is close."""
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        try:
+            return super().resolve_command(ctx, args)
+        except TyperException as exc:  # a usage error; an unknown option is left as it is
+            if not (args and exc.message.startswith("No such command")):
+                raise
+        raise no_such_command(ctx, args[0], self.list_commands(ctx))
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, summary_line(command.short_help or command.help or "")))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def summary_line(help_text: str) -> str:
+    """The first paragraph of a command's help, as one line (the listing wraps it)."""
+    return " ".join(help_text.strip().split("\n\n", 1)[0].split())
+
+
+def no_such_command(ctx: Any, word: str, names: list[str]) -> Exception:
+    """`no such command 'X'` (in the group, for a subgroup's), and the closest name or the help
+    to read: the line `nvrx.cli.main` prints, exit 2."""
+    from nvrx.display import did_you_mean, printable
+    from nvrx.terminal import CommandError
+
+    path = []
+    at = ctx
+    while at is not None and at.parent is not None:  # the root's name is the program's: nvrx
+        path.insert(0, at.info_name or "")
+        at = at.parent
+    group = " ".join(["nvrx", *path])
+    where = f" in {group}" if path else ""
+    hint = did_you_mean(word, names) or f" (see {group} --help)"
+    return CommandError(f"no such command {printable(word[:80])!r}{where}{hint}")
 
 ConfigOpt = Annotated[
     Path | None,
