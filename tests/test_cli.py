@@ -243,6 +243,40 @@ def test_help_names_values_not_python_types_and_completion_is_on_the_root_only(
     assert "node-aware|strict|barrier" in inject
 
 
+def _metavars(text: str) -> list[str]:
+    """The value names of a help page: each option's and each argument's."""
+    import re
+
+    names = re.findall(r"^  (?:-\w, )?--[\w-]+(?:, --[\w-]+)* ([^\s]+)", text, re.M)
+    if "Arguments:" in text:
+        section = text.split("Arguments:", 1)[1].split("\n\n", 1)[0]
+        names += re.findall(r"^  (\S+)", section, re.M)
+    return names
+
+
+def test_every_value_is_named_in_capitals_for_what_it_is(tmp_path: Path) -> None:
+    pages = {}
+    for page in HELP_PAGES:
+        text = run(*page, "--help", env={"HOME": str(tmp_path)}, cwd=tmp_path).stdout
+        pages[" ".join(page)] = text
+        for name in _metavars(text):  # capitals, or the choices themselves (slurm|none)
+            assert name == name.upper() or "|" in name, (page, name)
+    wanted = {
+        "watch": ["--work-dir DIR", "--state-dir DIR", "--prom-file FILE",
+                  "--pd-routing-key-file FILE"],
+        "submit-chain": ["--work-dir DIR", "--launcher COMMAND"],
+        "inject-loop": ["--base-dir DIR", "--sbatch-script FILE", "--resume SESSION",
+                        "--reanalyze SESSION", "--rerun-failing SESSION", "--next SESSION",
+                        "--workload NAME"],
+        "analyze log": ["analyze log [OPTIONS] FILE", "  FILE  A job log"],
+        "analyze fr": ["  PATH  A dump directory"],
+        "score": ["score [OPTIONS] [DIR]...", "  DIR  Session or experiment", "--run-valid true|false"],
+    }  # fmt: skip
+    for page, shown in wanted.items():
+        for piece in shown:
+            assert piece in pages[page], (page, piece)
+
+
 def test_an_unknown_command_is_one_line_that_names_it_once(tmp_path: Path) -> None:
     env = {"HOME": str(tmp_path)}
     for args, line in [

@@ -64,14 +64,16 @@ class LazyGroup(CommandGroup):
 
 
 def _plain_metavars(command: Any) -> None:
-    """Help that names what a value is, never a Python type: `--work-dir DIR`, `--platform
-    slurm|none`, `--interval N` (not `<path>`, `<str>`, `<int>`), and usage lines that read
-    `[JOB_ID|PATH]...`, not `[[JOB_ID | PATH...]]...`. An explicit metavar always wins."""
+    """Help that names what a value is, in capitals, never a Python type: `--work-dir DIR`,
+    `--platform slurm|none`, `--interval N` (not `<path>`, `<str>`, `<int>`), an Arguments
+    section that says `FILE`, not `path`, and usage lines that read `[JOB_ID|PATH]...`, not
+    `[[JOB_ID | PATH...]]...`. An explicit metavar always wins."""
     for sub in getattr(command, "commands", {}).values():  # a group's commands
         _plain_metavars(sub)
     for param in command.params:
         if param.param_type_name == "argument":
-            name = param.metavar or (param.name or "ARG").upper()
+            name = param.metavar or _path_metavar(param) or (param.name or "ARG").upper()
+            param.metavar = name  # the Arguments section's name as well as the usage line's
             shown = (name if param.required else f"[{name}]") + ("..." if param.nargs != 1 else "")
             param.get_usage_pieces = lambda ctx=None, shown=shown: [shown]
             param.display_type_rich = lambda ctx=None, **_: None
@@ -79,15 +81,28 @@ def _plain_metavars(command: Any) -> None:
             param.metavar = _metavar_of(param)
 
 
+def _path_metavar(param: Any) -> str | None:
+    """FILE, DIR or PATH for a path value, else None: FILE or DIR when the declaration allows
+    only that, or when an option's own name says it (`--state-dir`, `--prom-file`)."""
+    desc = param.type_descriptor
+    if not (desc.is_path or desc.is_file):
+        return None
+    info = desc.parameter_info
+    longest: str = max(param.opts, key=len) if param.param_type_name == "option" else ""
+    if not getattr(info, "dir_okay", True) or longest.endswith("-file"):
+        return "FILE"
+    if not getattr(info, "file_okay", True) or longest.endswith("-dir"):
+        return "DIR"
+    return "PATH"
+
+
 def _metavar_of(option: Any) -> str:
     desc = option.type_descriptor
     if desc.is_choice and desc.choices:
         return "|".join(str(getattr(c, "value", c)) for c in desc.choices)
-    if desc.is_path or desc.is_file:
-        info = desc.parameter_info
-        if not getattr(info, "dir_okay", True):
-            return "FILE"
-        return "DIR" if not getattr(info, "file_okay", True) else "PATH"
+    path = _path_metavar(option)
+    if path is not None:
+        return path
     bare = desc.annotation
     if bare is int:
         return "N"

@@ -29,7 +29,9 @@ def submit_chain_cmd(
     time_limit: Annotated[str | None, typer.Option(help="Time limit per generation.")] = None,
     job_name: Annotated[str | None, typer.Option(help="Job name (the singleton key).")] = None,
     work_dir: Annotated[Path | None, typer.Option(help="Shared run directory.")] = None,
-    launcher: Annotated[str | None, typer.Option(help="Launcher command (ft_launcher).")] = None,
+    launcher: Annotated[
+        str | None, typer.Option(metavar="COMMAND", help="Launcher command (ft_launcher).")
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print each sbatch command; write nothing.")
     ] = False,

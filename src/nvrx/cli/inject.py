@@ -36,10 +36,13 @@ def inject_loop_cmd(
     ] = None,
     workload: Annotated[
         str | None,
-        typer.Option(help="Workloads registry entry.", autocompletion=complete_workload),
+        typer.Option(
+            metavar="NAME", help="Workloads registry entry.", autocompletion=complete_workload
+        ),
     ] = None,
     sbatch_script: Annotated[
-        Path | None, typer.Option(help="The workload's sbatch script (overrides the registry).")
+        Path | None,
+        typer.Option(metavar="FILE", help="The workload's sbatch script (overrides the registry)."),
     ] = None,
     batch_size: Annotated[
         int | None, typer.Option(help="Jobs of the session in Slurm at once.")
@@ -58,25 +61,36 @@ def inject_loop_cmd(
     ] = None,
     time_limit: Annotated[str | None, typer.Option(help="Per-job time limit.")] = None,
     resume: Annotated[
-        Path | None, typer.Option(help="Finish this session (never resubmits what it knows).")
+        Path | None,
+        typer.Option(
+            metavar="SESSION", help="Finish this session (never resubmits what it knows)."
+        ),
     ] = None,
     reanalyze: Annotated[
         Path | None,
-        typer.Option(help="Analyse and score this session's ended experiments again; report."),
+        typer.Option(
+            metavar="SESSION",
+            help="Analyse and score this session's ended experiments again; report.",
+        ),
     ] = None,
     rerun_failing: Annotated[
         Path | None,
-        typer.Option(help="A new session of the experiments that failed a dimension in this one."),
+        typer.Option(
+            metavar="SESSION",
+            help="A new session of the experiments that failed a dimension in this one.",
+        ),
     ] = None,
     next_: Annotated[
         Path | None,
         typer.Option(
             "--next",
+            metavar="SESSION",
             help="Print the pool of the sweep's next iteration after this session; run nothing.",
         ),
     ] = None,
     iters: Annotated[
-        str | None, typer.Option(help="Run each pool entry at these iterations, e.g. 2,10.")
+        str | None,
+        typer.Option(metavar="N,...", help="Run each pool entry at these iterations, e.g. 2,10."),
     ] = None,
     no_progress: Annotated[
         bool,

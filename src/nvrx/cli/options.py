@@ -61,6 +61,7 @@ def no_such_command(ctx: Any, word: str, names: list[str]) -> Exception:
     hint = did_you_mean(word, names) or f" (see {group} --help)"
     return CommandError(f"no such command {printable(word[:80])!r}{where}{hint}")
 
+
 ConfigOpt = Annotated[
     Path | None,
     typer.Option(

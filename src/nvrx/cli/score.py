@@ -22,7 +22,9 @@ app = typer.Typer(rich_markup_mode=None, add_completion=False)  # completion: th
 def score_cmd(
     targets: Annotated[
         list[Path] | None,
-        typer.Argument(help="Session or experiment directories (else the upstream flags)."),
+        typer.Argument(
+            metavar="DIR", help="Session or experiment directories (else the upstream flags)."
+        ),
     ] = None,
     judge: Annotated[
         list[str] | None,
@@ -44,18 +46,27 @@ def score_cmd(
     run_valid: Annotated[
         str,
         typer.Option(
-            "--run-valid", help="true/false: did the run reach the fault? (default: true)"
+            "--run-valid",
+            metavar="true|false",
+            help="Did the run reach the fault? (default: true)",
         ),
     ] = "",
     log_path: Annotated[
         Path | None, typer.Option("--log-path", help="The job log.", dir_okay=False)
     ] = None,
     log_output: Annotated[
-        str, typer.Option("--log-output", help="Log-analysis output (text, or @FILE).")
+        str,
+        typer.Option(
+            "--log-output", metavar="TEXT|@FILE", help="Log-analysis output (text, or @FILE)."
+        ),
     ] = "",
     fr_output: Annotated[
         str,
-        typer.Option("--fr-output", help="FR analysis output (text, or @FILE; default: no_dumps)."),
+        typer.Option(
+            "--fr-output",
+            metavar="TEXT|@FILE",
+            help="FR analysis output (text, or @FILE; default: no_dumps).",
+        ),
     ] = "",
     gpus_per_node: Annotated[
         int | None, typer.Option("--gpus-per-node", help="Default: slurm.gpus_per_node.")
