@@ -412,3 +412,18 @@ def test_an_analysis_file_edited_after_judging_is_named_by_report_and_score(
         "Changed after it was judged: analysis/log_attribution.txt"
         in (copy / "report.html").read_text()
     ), page.stderr
+
+
+def test_a_session_path_that_does_not_exist_says_so_and_a_directory_that_is_no_session_says_that(
+    tmp_path: Path,
+) -> None:
+    missing, bare = tmp_path / "missing", tmp_path / "bare"
+    bare.mkdir()
+    for args in (["report", str(missing)], ["inject-loop", "--resume", str(missing)]):
+        proc = nvrx(*args)
+        assert (proc.returncode, proc.stderr) == (2, f"nvrx: error: {missing} does not exist\n")
+    proc = nvrx("report", str(bare))
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        f"nvrx: error: {bare} is not an nvrx inject-loop session (no journal.jsonl)\n"
+    )

@@ -40,6 +40,7 @@ BAD_INPUT: list[tuple[str, str]] = [
     ("score --judge gpt", "--judge 'gpt'"),
     ("score --min rank_any=1.5", "rate must lie in 0..1"),
     ("report {tmp}/not-a-session", "not an nvrx inject-loop session"),
+    ("report {tmp}/missing", "missing does not exist"),
     ("report diff {tmp}/not-a-session", "two sessions"),
     ("analyze fr {tmp}/missing", "missing"),
     ("analyze log {tmp}/missing.log", "missing.log"),

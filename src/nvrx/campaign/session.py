@@ -481,6 +481,10 @@ class Session:
 
     @classmethod
     def open(cls, directory: Path) -> Session:
+        """The session in `directory`; SessionError naming it when there is none: a path that
+        does not exist says so, a directory without a journal is not a session."""
+        if not directory.exists():
+            raise SessionError(f"{directory} does not exist")
         session = cls(directory)
         if not session.journal.path.is_file():
             raise SessionError(
