@@ -75,6 +75,70 @@ def test_config_show_is_aligned_lines_padded_nowhere(tmp_path: Path) -> None:
     assert short and short[0].index("default") == source_at
 
 
+def on_terminal(args: list[str], columns: int, env: dict[str, str]) -> str:
+    """What `nvrx ARGS` shows on a terminal `columns` wide (a pseudo-terminal: a real process),
+    colours left out."""
+    import fcntl
+    import re
+    import struct
+    import termios
+    import threading
+
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    chunks: list[bytes] = []
+
+    def read() -> None:
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # the terminal's other end closed
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    environ = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.run([*NVRX, *args], stdout=slave, stderr=subprocess.PIPE, env=environ,
+                          cwd=env.get("HOME"), timeout=60, check=False)  # fmt: skip
+    os.close(slave)
+    reader.join(10)
+    os.close(master)
+    assert proc.returncode == 0, proc.stderr
+    text = b"".join(chunks).decode().replace("\r\n", "\n")
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+
+
+def test_config_show_fits_an_80_column_terminal_and_stays_one_line_a_setting_in_a_pipe(
+    tmp_path: Path,
+) -> None:
+    deep = tmp_path / "a-project-with-a-long-name" / "and-its-training-configuration"
+    deep.mkdir(parents=True)
+    (deep / "nvrx.yaml").write_text("chain:\n  megatron_path: " + "/lustre/x" * 12 + "\n")
+    env = clean_environ({"HOME": str(deep)})
+    screen = on_terminal(["config", "show"], 80, env).splitlines()
+    assert max(len(line) for line in screen) <= 80
+    keys = [line.split()[0] for line in screen if line[:1].strip()]
+    assert keys.count("chain.megatron_path") == 1 and keys.count("slurm.partition") == 1
+    # The long value folds into its column below its key, its source into the next column.
+    at = next(i for i, line in enumerate(screen) if line.startswith("chain.megatron_path"))
+    value_at, source_at = screen[at].index("/lustre"), screen[at].index("file ")
+    values, sources = [], []
+    for line in screen[at:]:
+        if line[:value_at].strip() and values:
+            break  # the next setting
+        values.append(line[value_at:source_at].strip())
+        sources.append(line[source_at:])
+    assert "".join(values) == "/lustre/x" * 12 and len(values) > 1
+    assert "".join(sources) == f"file {deep / 'nvrx.yaml'}"
+    # In a pipe: one line per setting, the value whole, for grep and awk.
+    piped = run("config", "show", env={"HOME": str(deep)}, cwd=deep).stdout.splitlines()
+    (line,) = [ln for ln in piped if ln.startswith("chain.megatron_path")]
+    assert "/lustre/x" * 12 in line and line.endswith(f"file {deep / 'nvrx.yaml'}")
+
+
 def test_bad_input_is_one_line_on_stderr_and_a_nonzero_exit(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("slurm:\n  partiton: main\n")

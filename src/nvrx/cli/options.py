@@ -51,7 +51,7 @@ def no_such_command(ctx: Any, word: str, names: list[str]) -> Exception:
     from nvrx.display import did_you_mean, printable
     from nvrx.terminal import CommandError
 
-    path = []
+    path: list[str] = []
     at = ctx
     while at is not None and at.parent is not None:  # the root's name is the program's: nvrx
         path.insert(0, at.info_name or "")
