@@ -4,6 +4,7 @@ against: each says what it is meant to show, and the generator overwrites nothin
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -75,3 +76,18 @@ def test_a_cycle_files_only_screen_claims_no_user_and_no_unread_figure(tmp_path:
     )  # fmt: skip
     assert fleet.stdout.count("\n") > 5
     assert [line for line in fleet.stdout.splitlines() if line != line.rstrip()] == []
+
+
+def test_example_chains_are_made_outside_the_repository_or_ignored_in_it() -> None:
+    repo = MAKE.parents[2]
+    # The pages say where to make them: never a relative directory, which would land in the
+    # checkout when run from its root as they say.
+    pages = [*sorted((repo / "docs").glob("*.md")), MAKE]
+    for page in pages:
+        for target in re.findall(r"make_chains\.py ([^\s`\\]+)", page.read_text()):
+            assert target == "DIR" or target.startswith("/tmp/"), (page.name, target)
+    if (repo / ".git").exists():  # a checkout: one made in its root anyway is ignored
+        ignored = subprocess.run(
+            ["git", "check-ignore", "-q", "chains/storm/checkpoints/x"], cwd=repo, check=False
+        )
+        assert ignored.returncode == 0

@@ -6,6 +6,9 @@ age: a file written for yesterday would show any chain as stalled today).
     nvrx watch --platform none --work-dir DIR/storm   # cycle files only: no cluster needed
     nvrx watch --platform none --fleet DIR            # all three in one pass
 
+The docs use DIR=/tmp/exrun/chains, outside the repository (`chains` in its root is ignored by
+git, so a run from there leaves nothing untracked either).
+
 Each chain is what a real one leaves in its work dir (docs/file-contracts.md): cycle-info files
 under nvrx/<job>/cycle_infos/ as ft_launcher writes them, and Megatron's checkpoint-iteration
 file under checkpoints/ with the mtime of its last save.
