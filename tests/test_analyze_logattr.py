@@ -556,3 +556,33 @@ def test_the_attribution_is_deterministic() -> None:
     text = hang(8, 5)
     assert attribute_log(text) == attribute_log(text)
     assert attribute_log(text).text() == attribute_log(text).text()
+
+
+def test_analyze_log_labels_the_checkpoint_field_that_the_files_keep_bare(tmp_path: Path) -> None:
+    from .cli_runner import clean_environ
+    from .cli_runner import nvrx as nvrx_in_process
+
+    log = Path(__file__).parent / "data" / "cpu_logs" / "SEGFAULT_r1_n2.log"
+    proc = nvrx_in_process("analyze", "log", str(log), env=clean_environ({"HOME": str(tmp_path)}))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[-1] == "Checkpoint saved: False"
+    assert not {"True", "False"} & set(lines)  # no line a reader cannot place
+    # logsage's format, as log_attribution.txt keeps it, is unchanged: the field bare.
+    assert attribute_log(log.read_text()).text().splitlines()[-1] == "False"
+
+
+def test_the_readmes_analyze_log_quote_is_what_it_prints(tmp_path: Path) -> None:
+    from .cli_runner import clean_environ
+    from .cli_runner import nvrx as nvrx_in_process
+
+    repo = Path(__file__).resolve().parents[1]
+    readme = (repo / "README.md").read_text()
+    command = "$ nvrx analyze log "
+    quote = readme.split(command, 1)[1].split("\n```", 1)[0]
+    path, printed = quote.split("\n", 1)
+    proc = nvrx_in_process(
+        "analyze", "log", path, env=clean_environ({"HOME": str(tmp_path)}), cwd=repo
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == printed + "\n"

@@ -48,5 +48,6 @@ def analyze_log(path: Path, as_json: bool) -> int:
         write_document(result.to_json(), 0)
     else:
         # The log's lines are quoted as evidence: escaped for the terminal (ESC, U+202E).
-        sys.stdout.write(printable(result.text().rstrip("\n"), lines=True) + "\n")
+        text = result.text(labelled=True)
+        sys.stdout.write(printable(text.rstrip("\n"), lines=True) + "\n")
     return 0

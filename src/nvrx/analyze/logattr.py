@@ -276,6 +276,10 @@ class Issue:
         return {"ranks": list(self.ranks), "description": self.description}
 
 
+# The fifth field's label where people read it (`nvrx analyze log`).
+CHECKPOINT_LABEL = "Checkpoint saved: "
+
+
 @dataclass(frozen=True)
 class LogAttribution:
     decision: str  # RESTART IMMEDIATE | STOP - DONT RESTART IMMEDIATE | ERRORS NOT FOUND | NO LOGS
@@ -298,17 +302,19 @@ class LogAttribution:
         """What failed (docs/log-attribution-policy.md); `none` when nothing did."""
         return "none" if self.fault_class is None else CATEGORIES[self.fault_class]
 
-    def text(self) -> str:
+    def text(self, *, labelled: bool = False) -> str:
         """logsage's 5 fields, newline-joined; a sentinel fills fields 1-4. A log of several
         cycles gives one block per cycle, each under a `Cycle N (lines A-B):` line, the last
-        block being the job's answer (docs/log-attribution-policy.md, Restart cycles)."""
+        block being the job's answer (docs/log-attribution-policy.md, Restart cycles).
+        `labelled`: the fifth field, bare `True` or `False` in logsage's format (and the files
+        that keep it), says what it is, `Checkpoint saved: False`, for people to read."""
         if len(self.cycles) < 2:
-            return self._fields()
-        blocks = [f"{c.header()}\n{c.attribution._fields()}" for c in self.cycles[:-1]]
-        return "\n".join([*blocks, f"{self.cycles[-1].header()}\n{self._fields()}"])
+            return self._fields(labelled)
+        blocks = [f"{c.header()}\n{c.attribution._fields(labelled)}" for c in self.cycles[:-1]]
+        return "\n".join([*blocks, f"{self.cycles[-1].header()}\n{self._fields(labelled)}"])
 
-    def _fields(self) -> str:
-        saved = str(self.checkpoint_saved)
+    def _fields(self, labelled: bool = False) -> str:
+        saved = f"{CHECKPOINT_LABEL if labelled else ''}{self.checkpoint_saved}"
         if self.decision in (NO_LOGS, ERRORS_NOT_FOUND):
             return "\n".join([self.decision] * 4 + [saved])
         primary = "; ".join(i.description for i in self.primary)
