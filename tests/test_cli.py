@@ -102,7 +102,7 @@ def on_terminal(args: list[str], columns: int, env: dict[str, str]) -> str:
     reader.start()
     environ = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES")}
     proc = subprocess.run([*NVRX, *args], stdout=slave, stderr=subprocess.PIPE, env=environ,
-                          cwd=env.get("HOME"), timeout=60, check=False)  # fmt: skip
+                          timeout=60, check=False)  # fmt: skip
     os.close(slave)
     reader.join(10)
     os.close(master)
@@ -118,14 +118,16 @@ def test_config_show_fits_an_80_column_terminal_and_stays_one_line_a_setting_in_
     deep.mkdir(parents=True)
     (deep / "nvrx.yaml").write_text("chain:\n  megatron_path: " + "/lustre/x" * 12 + "\n")
     env = clean_environ({"HOME": str(deep)})
-    screen = on_terminal(["config", "show"], 80, env).splitlines()
+    shown = on_terminal(["config", "show", "--config", str(deep / "nvrx.yaml")], 80, env)
+    screen = shown.splitlines()
     assert max(len(line) for line in screen) <= 80
     keys = [line.split()[0] for line in screen if line[:1].strip()]
     assert keys.count("chain.megatron_path") == 1 and keys.count("slurm.partition") == 1
     # The long value folds into its column below its key, its source into the next column.
     at = next(i for i, line in enumerate(screen) if line.startswith("chain.megatron_path"))
     value_at, source_at = screen[at].index("/lustre"), screen[at].index("file ")
-    values, sources = [], []
+    values: list[str] = []
+    sources: list[str] = []
     for line in screen[at:]:
         if line[:value_at].strip() and values:
             break  # the next setting
@@ -319,7 +321,7 @@ def _metavars(text: str) -> list[str]:
 
 
 def test_every_value_is_named_in_capitals_for_what_it_is(tmp_path: Path) -> None:
-    pages = {}
+    pages: dict[str, str] = {}
     for page in HELP_PAGES:
         text = run(*page, "--help", env={"HOME": str(tmp_path)}, cwd=tmp_path).stdout
         pages[" ".join(page)] = text
@@ -336,9 +338,9 @@ def test_every_value_is_named_in_capitals_for_what_it_is(tmp_path: Path) -> None
         "analyze fr": ["  PATH  A dump directory"],
         "score": ["score [OPTIONS] [DIR]...", "  DIR  Session or experiment", "--run-valid true|false"],
     }  # fmt: skip
-    for page, shown in wanted.items():
-        for piece in shown:
-            assert piece in pages[page], (page, piece)
+    for command, pieces in wanted.items():
+        for piece in pieces:
+            assert piece in pages[command], (command, piece)
 
 
 def test_an_unknown_command_is_one_line_that_names_it_once(tmp_path: Path) -> None:

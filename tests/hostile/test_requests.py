@@ -75,7 +75,7 @@ DROPPED: list[tuple[str, str, str]] = [
     ("inject-loop --next {session} --no-analysis", "--next", "--no-analysis"),
     ("inject-loop --next {session} --allow-duplicates", "--next", "--allow-duplicates"),
     ("inject-loop --next {session} --cancel-on-interrupt", "--next", "--cancel-on-interrupt"),
-    ("inject-loop --next {session} --json", "--next", "--json"),
+    ("inject-loop --next {session} --list-pool", "--next", "--list-pool"),
     ("inject-loop --next {session} -- --gres=gpu:1", "--next", "-- ARGS"),
     ("inject-loop --list-pool --dry-run --pool quick", "--list-pool", "--dry-run"),
     # watch: --list-detectors lists and exits; --goodput is one read-only pass.
