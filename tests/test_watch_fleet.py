@@ -51,8 +51,11 @@ def test_discovery_finds_chains_below_a_path_to_the_depth_it_is_given(tmp_path: 
     assert discover([team], 4)[-1] == team / "group" / "deeper" / "still" / "c"
     assert discover([team / "a"], 0) == [team / "a"]  # a PATH that is a chain itself
     assert discover([team, team / "a"], 1) == [team / "a"]  # each chain once
-    with pytest.raises(FleetError, match="not a directory"):
+    with pytest.raises(FleetError, match="nope: no such directory"):
         discover([team / "nope"], 3)
+    (team / "a-file").write_text("")
+    with pytest.raises(FleetError, match="a-file: not a directory"):
+        discover([team / "a-file"], 3)
 
 
 def test_a_chain_dir_holds_no_chains_and_its_own_dirs_are_not_searched(tmp_path: Path) -> None:
@@ -173,7 +176,7 @@ def test_one_textfile_labels_every_chain_and_names_each_metric_once(tmp_path: Pa
         (["--fleet", ".", "--work-dir", "."], "--work-dir name one chain"),
         (["1", "2"], "one JOB_ID, not 2"),
         (["--mine", "12"], "--mine takes no JOB_ID ('12')"),
-        (["--fleet", "/nonexistent-nvrx"], "--fleet /nonexistent-nvrx: not a directory"),
+        (["--fleet", "/nonexistent-nvrx"], "--fleet /nonexistent-nvrx: no such directory"),
     ],
 )
 def test_a_fleet_asked_wrongly_is_one_line(tmp_path: Path, args: list[str], message: str) -> None:
@@ -192,7 +195,7 @@ def test_an_empty_fleet_is_nothing_to_watch_and_a_missing_path_bad_input(tmp_pat
     doc = json.loads(proc.stdout)
     assert (doc["schema"], doc["chains"], doc["exit_code"]) == (1, [], 0)
     missing = nvrx_watch("--fleet", str(tmp_path / "gone"), "--platform", "none")
-    assert missing.returncode == 2 and "not a directory" in missing.stderr
+    assert missing.returncode == 2 and "gone: no such directory" in missing.stderr
 
 
 def test_a_fleet_of_slurm_chains_costs_one_squeue_one_sinfo_and_one_sacct(tmp_path: Path) -> None:

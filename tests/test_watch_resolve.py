@@ -57,7 +57,11 @@ def test_a_work_dir_without_manifest_uses_the_standard_layout(tmp_path: Path) ->
     ("over", "match"),
     [
         (Overrides(platform="none"), "--platform none needs --work-dir or --cycle-info-glob"),
-        (Overrides(), "give a JOB_ID, --work-dir or --cycle-info-glob"),
+        (
+            Overrides(),
+            "a JOB_ID, --work-dir DIR or --cycle-info-glob GLOB; or several chains: "
+            "--fleet PATH... or --mine",
+        ),
     ],
 )
 def test_what_watch_needs_to_start(over: Overrides, match: str) -> None:

@@ -236,15 +236,69 @@ def beat() -> Iterator[str]:
     server.shutdown()
 
 
-def test_a_work_dir_that_cannot_be_read_is_a_blind_pass(tmp_path: Path, beat: str) -> None:
-    code, doc, _ = watch(tmp_path / "not-mounted", tmp_path / "state", "--heartbeat-url", beat)
+def test_a_work_dir_that_is_not_there_is_bad_input_and_one_with_nothing_to_read_blind(
+    tmp_path: Path, beat: str
+) -> None:
+    from nvrx.chain.manifest import manifest_path, write_manifest
+
+    from .test_chain_cli import manifest
+
+    # Not there at all: a typo or the wrong path, said in one line (exit 2), no pass made.
+    state = ("--state-dir", str(tmp_path / "state"), "--heartbeat-url", beat)
+    missing = nvrx_watch("--platform", "none", "--work-dir", str(tmp_path / "gone"), *state)
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert missing.stderr == f"nvrx: error: --work-dir {tmp_path / 'gone'}: no such directory\n"
+    (tmp_path / "a-file").write_text("")
+    afile = nvrx_watch("--platform", "none", "--work-dir", str(tmp_path / "a-file"), *state)
+    assert afile.returncode == 2 and "a-file: not a directory" in afile.stderr
+    # There, but with neither a chain manifest nor any generation's directory: nothing to see
+    # (a parent of the work dir?): a blind pass, no heartbeat.
+    (tmp_path / "parent").mkdir()
+    code, doc, _ = watch(tmp_path / "parent", tmp_path / "state", "--heartbeat-url", beat)
     assert code == 3 and doc["degraded"] is True
     assert [f["key"].rsplit("-", 1)[0] for f in doc["findings"]] == ["nvrx-watch-blind-cycles"]
+    assert "no chain manifest and no nvrx/ directory" in doc["findings"][0]["summary"]
     assert Beat.hits == []
-    # A work dir whose first generation has not started yet is not blindness.
+    # A chain whose first generation has not started yet (its manifest, no nvrx/) is not blind.
     (tmp_path / "pending").mkdir()
+    write_manifest(manifest(tmp_path / "pending"), manifest_path(tmp_path / "pending"))
     code, doc, _ = watch(tmp_path / "pending", tmp_path / "state", "--heartbeat-url", beat)
     assert (code, doc["degraded"], Beat.hits) == (0, False, ["/beat"])
+
+
+def test_upstreams_exit_codes_on_request(tmp_path: Path) -> None:
+    stalled_run(tmp_path / "bad")
+    healthy_run(tmp_path / "good")
+    (tmp_path / "blind").mkdir()
+    expected = {"bad": (1, 2), "good": (0, 0), "blind": (3, 1)}  # (nvrx, upstream)
+    for name, (ours, theirs) in expected.items():
+        work = tmp_path / name
+        code, doc, _ = watch(work, tmp_path / "s1")
+        assert code == doc["exit_code"] == ours, name
+        code, doc, _ = watch(work, tmp_path / "s2", "--exit-codes", "upstream")
+        assert code == doc["exit_code"] == theirs, name
+        env = {"NVRX_WATCH_EXIT_CODES": "upstream"}
+        assert watch(work, tmp_path / "s3", env=env)[0] == theirs, name
+    # Blind and critical at once (a fleet of a critical chain and one whose only cycle file
+    # cannot be read): nvrx's 3 (the answer is incomplete), upstream's 2 (it pages on "at
+    # least one critical finding").
+    unreadable = tmp_path / "team" / "unreadable" / "nvrx" / "902" / "cycle_infos"
+    unreadable.mkdir(parents=True)
+    (unreadable / "cycle_info.902.0.0").write_text("{not json")
+    stalled_run(tmp_path / "team" / "stalled")
+    fleet = ("--platform", "none", "--fleet", str(tmp_path / "team"), "--json")
+    for codes, expected_code in (("nvrx", 3), ("upstream", 2)):
+        proc = nvrx_watch(*fleet, "--state-dir", str(tmp_path / codes), "--exit-codes", codes)
+        doc = json.loads(proc.stdout)
+        assert proc.returncode == doc["exit_code"] == expected_code, codes
+        assert [c["state"] for c in doc["chains"]] == ["critical", "blind"]
+    # Bad input is 2 under both; the runbook of a blind pass names the code it exits with.
+    gone = ("--platform", "none", "--work-dir", str(tmp_path / "gone"), "--exit-codes", "upstream")
+    assert nvrx_watch(*gone).returncode == 2
+    _, doc, _ = watch(tmp_path / "blind", tmp_path / "s6")
+    assert "blind (exit 3; 1 with --exit-codes upstream)" in doc["findings"][0]["runbook"]
+    wrong = nvrx_watch("--platform", "none", "--work-dir", str(tmp_path), "--exit-codes", "1")
+    assert wrong.returncode == 2 and "watch.exit_codes" in wrong.stderr
 
 
 def test_cycle_files_that_none_can_be_read_are_a_blind_pass_not_a_clean_one(

@@ -212,7 +212,7 @@ def controller_restored() -> Iterator[None]:
     local_slurm("up")
 
 
-def test_a_blind_watcher_exits_1_and_sends_no_heartbeat(
+def test_a_blind_watcher_exits_3_and_sends_no_heartbeat(
     slurm: Slurm, work_root: Path, heartbeat_server: str, controller_restored: None
 ) -> None:
     work = work_root / "blind"

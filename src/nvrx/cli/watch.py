@@ -83,6 +83,14 @@ def watch_cmd(
     list_detectors: Annotated[
         bool, typer.Option("--list-detectors", help="List the detectors and exit.")
     ] = False,
+    exit_codes: Annotated[
+        str | None,
+        typer.Option(
+            metavar="nvrx|upstream",
+            help="A pass's exit codes: nvrx (1 critical, 3 blind) or upstream's watcher's "
+            "(1 blind, 2 critical); bad input is 2 in both (watch.exit_codes).",
+        ),
+    ] = None,
     config: ConfigOpt = None,
     env_file: EnvFileOpt = None,
     set_: SetOpt = None,
@@ -90,7 +98,8 @@ def watch_cmd(
     """Watch a chain from outside the job and report restart anomalies.
 
     Reconciles the chain with Slurm and reads its cycle-info files.
-    Exit 0 clean, 1 a critical finding, 2 bad input, 3 blind (cannot see Slurm or the files).
+    Exit 0 clean, 1 a critical finding, 2 bad input, 3 blind (cannot see Slurm or the files);
+    with --exit-codes upstream, upstream's watcher's: 1 blind, 2 critical (or bad input).
     """
     from nvrx.watch.command import WatchRequest, watch
 
@@ -124,5 +133,6 @@ def watch_cmd(
         "watch.heartbeat_url": (heartbeat_url, "--heartbeat-url"),
         "watch.prom_file": (prom_file, "--prom-file"),
         "watch.disable": (disable, "--disable"),
+        "watch.exit_codes": (exit_codes, "--exit-codes"),
     }
     raise typer.Exit(watch(request, flags=flags, source=config_source(config, env_file, set_)))

@@ -243,6 +243,12 @@ class WatchSettings(_Section):
     drain_suspects: bool = Field(
         False, description="--act drains the one node a suspect_node finding names"
     )
+    # For cron wrappers written for upstream's watcher (2: critical); nvrx's are the contract's.
+    exit_codes: Literal["nvrx", "upstream"] = Field(
+        "nvrx",
+        description="a pass's exit codes: nvrx (1 critical, 3 blind) or upstream "
+        "(1 blind, 2 critical)",
+    )
 
 
 # The scoring dimensions (nvrx.score.model.DIMENSIONS, which tests hold equal to these).

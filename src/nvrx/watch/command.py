@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from nvrx.config import WatchSettings
     from nvrx.slurm import Slurm
     from nvrx.watch.output import Line
-    from nvrx.watch.watcher import PassResult, Watcher
+    from nvrx.watch.watcher import ExitCodes, PassResult, Watcher
 
 TIMELINE_PAGE = "timeline.html"  # `--html` with no FILE: in the chain's state directory
 
@@ -137,16 +137,17 @@ def list_detectors() -> None:
     )
 
 
-def _blind(message: str, as_json: bool) -> int:
-    """A pass that saw nothing: one line (and a JSON object with --json), exit 3."""
-    from nvrx.contract import UNJUDGED, write_document
+def _blind(message: str, as_json: bool, codes: ExitCodes) -> int:
+    """A pass that saw nothing: one line (and a JSON object with --json), exit 3 (upstream's
+    codes: 1)."""
+    from nvrx.contract import write_document
+    from nvrx.watch.watcher import pass_exit_code
 
+    code = pass_exit_code(critical=False, blind=True, codes=codes)
     sys.stderr.write(f"nvrx: watch: {printable(message)}\n")
     if as_json:
-        write_document(
-            {"state": "blind", "degraded": True, "error": message}, UNJUDGED, indent=None
-        )
-    return UNJUDGED
+        write_document({"state": "blind", "degraded": True, "error": message}, code, indent=None)
+    return code
 
 
 def _write_files(
@@ -233,13 +234,15 @@ class PassOutput:
 
 
 def _print_goodput(result: PassResult, as_json: bool) -> int:
-    """`--goodput`: the chain's breakdown (exit 3 when the pass was blind, else 0)."""
-    from nvrx.contract import OK, UNJUDGED, write_document
+    """`--goodput`: the chain's breakdown (exit 3 when the pass was blind, upstream's codes 1;
+    else 0: a report judges nothing)."""
+    from nvrx.contract import write_document
     from nvrx.watch.output import goodput_lines, print_lines
+    from nvrx.watch.watcher import pass_exit_code
 
     chain = result.snapshot.chain
     good = result.goodput
-    code = UNJUDGED if result.degraded else OK
+    code = pass_exit_code(critical=False, blind=result.degraded, codes=result.exit_codes)
     if as_json:
         doc = {
             "chain": chain.label,
@@ -292,12 +295,13 @@ def fleet_watch(
     def one_pass() -> tuple[int, bool]:
         result = fleet.run_pass()
         if request.goodput:
-            from nvrx.contract import OK, UNJUDGED, write_document
+            from nvrx.contract import write_document
             from nvrx.watch.fleetview import fleet_goodput_report
+            from nvrx.watch.watcher import pass_exit_code
 
             lines, doc = fleet_goodput_report(result)
-            blind = any(c.exit_code == UNJUDGED for c in result.chains)
-            code = UNJUDGED if blind else OK
+            blind = any(c.blind for c in result.chains)
+            code = pass_exit_code(critical=False, blind=blind, codes=result.exit_codes)
             if request.as_json:
                 write_document(doc, code, indent=None)
             else:
@@ -315,7 +319,8 @@ def watch(
     flags: Mapping[str, tuple[object, str]],
     source: ConfigSource,
 ) -> int:
-    """Run the watcher; its exit code (nvrx.contract): 0 clean, 1 critical, 3 blind."""
+    """Run the watcher; its exit code (nvrx.contract): 0 clean, 1 critical, 3 blind (upstream's
+    codes with `watch.exit_codes: upstream`: 1 blind, 2 critical)."""
     request.check(flags)
     if request.list_detectors:
         list_detectors()
@@ -366,7 +371,7 @@ def watch(
                 target = resolve(over, slurm, settings, dry_run=request.dry_run)
             except WatchBlind as exc:
                 # Slurm does not answer: blind (exit 3), not misconfigured; a loop retries.
-                return _blind(str(exc), request.as_json), False
+                return _blind(str(exc), request.as_json, settings.exit_codes), False
             watcher = Watcher(
                 target,
                 settings,
@@ -380,7 +385,7 @@ def watch(
         except OSError as exc:
             # A pass that breaks (state dir unusable, ...) is a blind pass, and a cron or
             # --interval loop must keep going.
-            return _blind(f"pass failed: {exc}", request.as_json), False
+            return _blind(f"pass failed: {exc}", request.as_json, settings.exit_codes), False
         if request.goodput:
             return _print_goodput(result, request.as_json), True
         # A loop rewrites them every pass: where they went is said once.

@@ -23,9 +23,16 @@ from nvrx.watch.detectors import COUNTED
 from nvrx.watch.detectors.fleet import failed_cycles, run_fleet_detectors
 from nvrx.watch.model import Finding, Platform, Severity
 from nvrx.watch.observe import observe_platforms
-from nvrx.watch.resolve import Overrides, Target, WatchError, refuse_input, resolve
+from nvrx.watch.resolve import (
+    Overrides,
+    Target,
+    WatchError,
+    not_a_directory,
+    refuse_input,
+    resolve,
+)
 from nvrx.watch.sinks import ChainMetrics, SinkBudget, prometheus_text, write_textfile
-from nvrx.watch.watcher import EXIT_CRITICAL, EXIT_DEGRADED, PassResult, Watcher
+from nvrx.watch.watcher import ExitCodes, PassResult, Watcher, pass_exit_code
 
 # A fleet is a team's chains, not a file system: past these a PATH is a mistake.
 MAX_FLEET_CHAINS = 1000
@@ -56,9 +63,10 @@ def discover(paths: Sequence[Path], depth: int) -> list[Path]:
     found: dict[Path, None] = {}
     scanned = 0
     for root in paths:
+        missing = not_a_directory(root.expanduser())
+        if missing is not None:
+            raise FleetError(f"--fleet {root}: {missing}")
         root = Path(os.path.realpath(root.expanduser()))
-        if not root.is_dir():
-            raise FleetError(f"--fleet {root}: not a directory")
         level = [root]
         for _ in range(depth + 1):
             below: list[Path] = []
@@ -96,8 +104,8 @@ class ChainPass:
     failed: int | None = None  # cycles that ended in a failure within the fleet window
 
     @property
-    def exit_code(self) -> int:
-        return EXIT_DEGRADED if self.result is None else self.result.exit_code
+    def blind(self) -> bool:
+        return self.result is None or self.result.degraded
 
 
 @dataclass
@@ -107,18 +115,18 @@ class FleetResult:
     findings: list[Finding] = field(default_factory=list)  # the fleet detectors'
     slurm_commands: int = 0
     notes: list[str] = field(default_factory=list)
+    exit_codes: ExitCodes = "nvrx"  # watch.exit_codes
 
     @property
     def exit_code(self) -> int:
-        codes = {c.exit_code for c in self.chains}
-        if any(f.severity is Severity.CRITICAL for f in self.findings):
-            codes.add(EXIT_CRITICAL)
-        # As everywhere (nvrx.contract): one chain the pass could not see makes the answer
-        # incomplete, and that wins over a critical finding elsewhere.
-        for code in (EXIT_DEGRADED, EXIT_CRITICAL):
-            if code in codes:
-                return code
-        return 0
+        """The worst chain's, as one pass's (`pass_exit_code`): under nvrx's codes one chain
+        the pass could not see makes the answer incomplete, and that wins over a critical
+        finding elsewhere."""
+        critical = any(f.severity is Severity.CRITICAL for f in self.findings) or any(
+            c.result is not None and c.result.critical for c in self.chains
+        )
+        blind = any(c.blind for c in self.chains)
+        return pass_exit_code(critical=critical, blind=blind, codes=self.exit_codes)
 
 
 @dataclass(frozen=True)
@@ -176,7 +184,12 @@ class Fleet:
         failed = [failed_cycles(s, self.settings.fleet_window) for s in snaps]
         for chain, cycles in zip(seen, failed, strict=True):
             chain.failed = len(cycles)
-        fleet = FleetResult(now, chains, run_fleet_detectors(snaps, failed, self.settings))
+        fleet = FleetResult(
+            now,
+            chains,
+            run_fleet_detectors(snaps, failed, self.settings),
+            exit_codes=self.settings.exit_codes,
+        )
         if self.slurm is not None:
             fleet.slurm_commands = sum(self.slurm.calls.values()) - before
         self._write_prom(fleet)

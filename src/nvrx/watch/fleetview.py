@@ -23,7 +23,7 @@ from nvrx.watch.output import (
     pass_json,
     percent,
 )
-from nvrx.watch.watcher import EXIT_DEGRADED, worst_state
+from nvrx.watch.watcher import pass_exit_code, worst_state
 
 
 def chain_state(chain: ChainPass) -> str:
@@ -46,7 +46,11 @@ def fleet_json(fleet: FleetResult, settings: WatchSettings) -> dict[str, Any]:
         body: dict[str, Any] = (
             pass_json(c.result)
             if c.result is not None
-            else {"exit_code": EXIT_DEGRADED, "degraded": True, "findings": []}
+            else {
+                "exit_code": pass_exit_code(critical=False, blind=True, codes=fleet.exit_codes),
+                "degraded": True,
+                "findings": [],
+            }
         )
         chains.append(
             {

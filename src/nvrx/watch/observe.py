@@ -6,8 +6,9 @@ sacct only when a generation lost its task 0 longer ago than that window, for on
 fleet of them. A failed query is
 recorded in the snapshot, never read as "nothing running" (docs/slurm-adapter.md).
 
-One module: every read of a pass shares one budget of Slurm queries and one snapshot, and the
-no-restart evidence (flag file, exit 93) is read beside the accounting it corrects.
+One module: every read of a pass shares one budget of Slurm queries and one snapshot, the
+no-restart evidence (flag file, exit 93) is read beside the accounting it corrects, and what a
+reader's failure makes of the pass (blind, or a value kept) is decided beside the reader.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from nvrx.watch.model import (
     TaskZeroEnding,
     to_us,
 )
-from nvrx.watch.resolve import Target
+from nvrx.watch.resolve import Target, work_dir_globs
 from nvrx.watch.state import WatchState
 
 RowT = TypeVar("RowT", QueueRow, AccountingRow)
@@ -306,10 +307,6 @@ def _by_name(rows: Sequence[RowT]) -> dict[str, list[RowT]]:
     return out
 
 
-def _ended(endings: list[TaskZeroEnding]) -> set[str]:
-    return {e.job_id for e in endings}
-
-
 def _of_user(rows: list[AccountingRow], target: Target) -> list[AccountingRow]:
     user = target.chain.user
     return [r for r in rows if not user or r.user == user]
@@ -398,10 +395,21 @@ def _blind_reader(cycles: Cycles, skipped: list[SkippedFile], unusable: int) -> 
 def _blind_location(target: Target, skipped: list[SkippedFile]) -> str | None:
     """Why the cycle files' location cannot be read, if it cannot. A generation directory that
     does not exist yet (a chain still pending) is not blindness; a work dir that is missing or
-    unreadable (not mounted on this login node, a typo, no permission) is."""
+    unreadable (not mounted on this login node, no permission) is, and so is one with neither a
+    chain manifest nor an `nvrx/` directory (a --work-dir that does not exist at all is bad
+    input, refused before the pass: `resolve`)."""
     work = target.chain.work_dir
     if work is not None and not os.access(work, os.R_OK | os.X_OK):
         return f"{work}: " + ("not found" if not os.path.exists(work) else "not readable")
+    if (
+        work is not None
+        and target.chain.resolved_from == "work dir"
+        and target.cycle_globs == work_dir_globs(Path(work))
+        and not os.path.isdir(os.path.join(work, "nvrx"))
+    ):
+        # No manifest to say a chain is pending here, and no generation ever wrote here: the
+        # wrong directory (a parent of the work dir?), or files this watcher cannot find.
+        return f"{work}: no chain manifest and no nvrx/ directory (not a chain's work dir?)"
     for skip in skipped:
         reason = skip.reason
         if reason.startswith(("directory not readable", "symlink loop", "not a directory")):

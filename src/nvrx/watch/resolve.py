@@ -123,11 +123,19 @@ def resolve(
     if over.platform == "none" and over.work_dir is None and over.cycle_info_glob is None:
         raise WatchError("--platform none needs --work-dir or --cycle-info-glob")
     if over.job_id is None and over.work_dir is None and over.cycle_info_glob is None:
-        raise WatchError("give a JOB_ID, --work-dir or --cycle-info-glob")
+        raise WatchError(
+            "name the chain to watch: a JOB_ID, --work-dir DIR or --cycle-info-glob GLOB; "
+            "or several chains: --fleet PATH... or --mine"
+        )
 
     target: Target | None = None
     name = user = None
     if over.work_dir is not None:
+        # A work dir that is not there is a typo or the wrong path (bad input); one that is
+        # there and cannot be read, or holds no cycle files, is a pass that cannot see (blind).
+        missing = not_a_directory(over.work_dir)
+        if missing is not None:
+            raise WatchError(f"--work-dir {over.work_dir}: {missing}")
         target = _from_work_dir(Path(os.path.realpath(over.work_dir)))
     elif over.job_id is not None and slurm is not None and over.platform == "slurm":
         try:
@@ -181,6 +189,18 @@ def resolve(
     return Target(chain, globs, checkpoint, _state_key(chain, globs))
 
 
+def not_a_directory(path: Path) -> str | None:
+    """Why `path` (a --work-dir or a --fleet PATH) names no directory, or None when it does."""
+    if os.path.isdir(path):
+        return None
+    return "not a directory" if os.path.lexists(path) else "no such directory"
+
+
+def work_dir_globs(work_dir: Path) -> tuple[str, ...]:
+    """Where an nvrx work dir keeps its cycle-info files: one directory per generation."""
+    return (str(work_dir / "nvrx" / "*" / "cycle_infos" / "cycle_info.*"),)
+
+
 def _expected(settings: WatchSettings, name: str | None) -> bool:
     """Upstream's expect-chain marker: a file holding the job name of a chain that should be
     alive (nvrx chains use their manifest instead)."""
@@ -201,7 +221,7 @@ def _from_work_dir(work_dir: Path) -> Target:
     chain = ChainRef(None, None, str(work_dir), resolved_from="work dir")
     return Target(
         chain,
-        (str(work_dir / "nvrx" / "*" / "cycle_infos" / "cycle_info.*"),),
+        work_dir_globs(work_dir),
         str(work_dir / "checkpoints" / CHECKPOINT_NAME),
         "",
     )
@@ -250,8 +270,7 @@ def from_manifest(m: ChainManifest) -> Target:
         if demo
         else str(work / "checkpoints" / CHECKPOINT_NAME)
     )
-    globs = (str(work / "nvrx" / "*" / "cycle_infos" / "cycle_info.*"),)
-    return Target(chain, globs, checkpoint, "")
+    return Target(chain, work_dir_globs(work), checkpoint, "")
 
 
 def _from_slurm(job_id: str, slurm: Slurm) -> tuple[str, str, str | None, str | None]:

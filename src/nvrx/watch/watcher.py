@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from nvrx.chain.manifest import manifest_path, read_manifest
 from nvrx.chain.shape import ChainError
@@ -66,9 +66,20 @@ from nvrx.watch.state import WatchState, load_state, save_state
 if TYPE_CHECKING:
     from nvrx.watch.http_sinks import HttpSinks
 
-# The contract's codes (nvrx.contract): a critical finding is "something is wrong" (1), a blind
-# pass "could not see" (3), which wins (upstream's watcher exited 2 and 1).
-EXIT_CLEAN, EXIT_CRITICAL, EXIT_DEGRADED = OK, FOUND, UNJUDGED
+
+# Whose exit codes a pass exits with (watch.exit_codes; docs/output-contract.md has the table).
+ExitCodes = Literal["nvrx", "upstream"]
+UPSTREAM_BLIND, UPSTREAM_CRITICAL = 1, 2
+
+
+def pass_exit_code(*, critical: bool, blind: bool, codes: ExitCodes = "nvrx") -> int:
+    """A pass's exit code (or a fleet pass's: any chain critical, any blind). nvrx's contract:
+    3 blind, which wins (an answer over what was not all seen is not complete), 1 critical, 0.
+    Upstream's watcher, for cron wrappers written for it: 2 at least one critical finding (so
+    in a blind pass too: such a wrapper pages on 2), 1 blind, 0. Bad input is 2 under both."""
+    if codes == "upstream":
+        return UPSTREAM_CRITICAL if critical else UPSTREAM_BLIND if blind else OK
+    return UNJUDGED if blind else FOUND if critical else OK
 
 
 @dataclass
@@ -81,14 +92,15 @@ class PassResult:
     notes: list[str] = field(default_factory=list)
     last_success: datetime | None = None  # this host's last pass that saw (the state's)
     goodput: Goodput | None = None
+    exit_codes: ExitCodes = "nvrx"  # watch.exit_codes: whose codes `exit_code` is in
+
+    @property
+    def critical(self) -> bool:
+        return any(f.severity is Severity.CRITICAL for f in self.findings)
 
     @property
     def exit_code(self) -> int:
-        if self.degraded:
-            return EXIT_DEGRADED
-        if any(f.severity is Severity.CRITICAL for f in self.findings):
-            return EXIT_CRITICAL
-        return EXIT_CLEAN
+        return pass_exit_code(critical=self.critical, blind=self.degraded, codes=self.exit_codes)
 
     @property
     def state(self) -> str:
@@ -252,7 +264,7 @@ class Watcher:
             replace(f, first_seen=state.first_seen(f.key, now))
             for f in refuse_actions(detected, self._node_names(detected))
         ]
-        result = PassResult(snap, findings, is_degraded(snap))
+        result = PassResult(snap, findings, is_degraded(snap), exit_codes=self.settings.exit_codes)
         spans = state.see_spans(snap.platform.spans if snap.platform is not None else ())
         hung = any(f.detector == "cycle_stalled" for f in findings)
         result.goodput = goodput(

@@ -93,8 +93,8 @@ def cancel_chain_hint(chain: ChainRef) -> str:
 
 def degraded(snap: Snapshot) -> bool:
     """The pass is blind (squeue, sinfo or sacct failed, the cycle-info files' location could
-    not be read, or Slurm knows no job of the chain its cycle files are current for): exit 1, no
-    heartbeat (a blind watcher must not look healthy)."""
+    not be read, or Slurm knows no job of the chain its cycle files are current for): exit 3
+    (`watch.exit_codes`), no heartbeat (a blind watcher must not look healthy)."""
     platform = snap.platform
     return (
         snap.cycles_blind is not None

@@ -17,8 +17,9 @@ def watch_blind(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     be read this pass, or Slurm knows no job of the chain whose cycle files are current (a
     warning each).
 
-    A blind pass is degraded (exit 1, no heartbeat); the chain detectors stay silent rather than
-    guess, so this finding is what says the chain state is unknown.
+    A blind pass is degraded (exit 3, or 1 with `watch.exit_codes: upstream`; no heartbeat);
+    the chain detectors stay silent rather than guess, so this finding is what says the chain
+    state is unknown.
     """
     # (what failed, its error, key suffix, what cannot be judged, runbook)
     blind: list[tuple[str, str, str, str, str]] = []
@@ -90,7 +91,8 @@ def watch_blind(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
             key=f"nvrx-watch-blind-{suffix}{snap.host}",
             summary=f"{what}: {error}; chain state unknown",
             detail=f"on {snap.host}: {unseen} this pass",
-            runbook=f"{runbook}; the pass exits 1 and sends no heartbeat until it can see again.",
+            runbook=f"{runbook}; the pass is blind (exit 3; 1 with --exit-codes upstream) and "
+            "sends no heartbeat until it can see again.",
             evidence={"host": snap.host, "error": error},
         )
         for what, error, suffix, unseen, runbook in blind
