@@ -30,6 +30,7 @@ PATH_KEYS = {"work_dir", "session", "experiment_dir", "script", "manifest", "con
 def where(tmp_path: Path, shared_dir: Path) -> dict[str, str]:
     healthy_run(tmp_path / "w")
     (tmp_path / "team").mkdir()
+    (tmp_path / "empty").mkdir()
     shutil.copytree(tmp_path / "w", tmp_path / "team" / "a")
     session = tmp_path / "fault_injection" / SESSION.name
     shutil.copytree(SESSION, session)
@@ -39,6 +40,7 @@ def where(tmp_path: Path, shared_dir: Path) -> dict[str, str]:
     )
     return {
         "w": str(tmp_path / "w"), "team": str(tmp_path / "team"), "state": str(tmp_path / "s"),
+        "empty": str(tmp_path / "empty"),
         "session": str(session), "chain": str(shared_dir / "chain"),
         "passing": str(passing.dir), "failing": str(failing.dir),
     }  # fmt: skip
@@ -51,18 +53,29 @@ WATCH_PASS = pytest.mark.xfail(
 )
 
 
+# Every mode of a watch pass, each a document with the pass's `state` under --json.
+WATCH_ONE = ["watch", "--platform", "none", "--state-dir", "{state}"]
+WATCH_MODES: list[tuple[list[str], int]] = [
+    ([*WATCH_ONE, "--work-dir", "{w}"], 0),
+    ([*WATCH_ONE, "--work-dir", "{w}", "--goodput"], 0),
+    ([*WATCH_ONE, "--work-dir", "{w}", "--dry-run"], 0),
+    ([*WATCH_ONE, "--work-dir", "{empty}"], 3),  # blind: nothing to read there
+    ([*WATCH_ONE, "--work-dir", "{empty}", "--goodput"], 3),
+    ([*WATCH_ONE, "--fleet", "{team}"], 0),
+    ([*WATCH_ONE, "--fleet", "{team}", "--goodput"], 0),
+    ([*WATCH_ONE, "--fleet", "{empty}"], 0),  # no chain found: an answer
+    ([*WATCH_ONE, "--work-dir", "{w}", "--exit-codes", "upstream"], 0),
+]
+
+
 # (the command, its exit code on these inputs): every subcommand and every listing it prints.
 COMMANDS: list[Any] = [
     (["config", "show"], 0),
     (["config", "env"], 0),
     (["submit-chain", "--dry-run", "--work-dir", "{chain}", "--launcher", "/bin/true",
       "--set", "chain.train_command=/bin/true"], 0),
-    pytest.param(["watch", "--platform", "none", "--work-dir", "{w}", "--state-dir", "{state}"],
-                 0, marks=WATCH_PASS),
-    (["watch", "--platform", "none", "--work-dir", "{w}", "--state-dir", "{state}", "--goodput"],
-     0),
-    pytest.param(["watch", "--platform", "none", "--fleet", "{team}", "--state-dir", "{state}"],
-                 0, marks=WATCH_PASS),
+    *WATCH_MODES,
+    (["watch", "--list-detectors"], 0),
     (["watch", "--platform", "none", "--fleet", "{session}"], 0),
     (["inject-loop", "--config", str(WORKLOAD), "--list-pool"], 0),
     (["inject-loop", "--config", str(WORKLOAD), "--dry-run", "--base-dir", "{state}"], 0),
@@ -121,6 +134,29 @@ def test_every_json_document_is_one_line_framed_by_schema_ok_and_exit_code(
     assert doc["ok"] is (rc == 0)
     for path in paths_in(doc):
         assert path.startswith("/"), (path, args)
+
+
+@pytest.mark.parametrize(
+    ("args", "code"), WATCH_MODES, ids=[" ".join(a[5:]) for a, _ in WATCH_MODES]
+)
+def test_every_watch_document_says_the_passs_state(
+    where: dict[str, str], args: list[str], code: int
+) -> None:
+    rc, out, err = run(args, where)
+    assert rc == code, err
+    doc = json.loads(out)
+    assert doc["state"] == ("blind" if code == 3 else "ok"), doc
+
+
+def test_the_detector_listing_is_a_document_too(where: dict[str, str]) -> None:
+    rc, out, _ = run(["watch", "--list-detectors"], where)
+    doc = json.loads(out)
+    names = [d["name"] for d in doc["detectors"]]
+    assert rc == doc["exit_code"] == 0 and "watch_blind" in names and "action_refused" in names
+    assert {d["scope"] for d in doc["detectors"]} == {"chain", "fleet", "action"}
+    assert all(d["summary"].endswith(".") for d in doc["detectors"])
+    rc, _, err = run(["watch", "--list-detectors", "--fleet"], where)  # still takes nothing else
+    assert rc == 2 and "not with --fleet" in err
 
 
 BAD = [

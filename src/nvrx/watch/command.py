@@ -76,7 +76,7 @@ class WatchRequest:
 
     def check(self, flags: Mapping[str, tuple[object, str]] | None = None) -> None:
         """One line naming what does not go together (`flags`: the flags map's options)."""
-        given = self.given(flags or {})
+        given = [flag for flag in self.given(flags or {}) if flag != "--json"]
         if self.list_detectors and given:
             raise CommandError(
                 f"--list-detectors lists the detectors and exits: not with {', '.join(given)}"
@@ -119,22 +119,29 @@ class WatchRequest:
             )
 
 
-def list_detectors() -> None:
+def list_detectors(as_json: bool) -> None:
+    """Every name a finding's `detector` may hold, with its first sentence: the chain's
+    detectors, the fleet's, and the pass's own `action_refused`; a document under --json."""
+    from nvrx.contract import OK, write_document
     from nvrx.watch.detectors import DETECTORS
     from nvrx.watch.detectors.fleet import FLEET_DETECTORS
-
-    for name, fn in [*DETECTORS.items(), *FLEET_DETECTORS.items()]:
-        # The docstring's first sentence, whole (it may wrap over several source lines).
-        paragraph = " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split())
-        head, dot, _ = paragraph.partition(". ")
-        sys.stdout.write(f"{name:22} {head}{'.' if dot else ''}\n")
     from nvrx.watch.model import ACTION_REFUSED
 
+    rows: list[tuple[str, str, str]] = []  # (name, scope, what)
+    for scope, registry in (("chain", DETECTORS), ("fleet", FLEET_DETECTORS)):
+        for name, fn in registry.items():
+            # The docstring's first sentence, whole (it may wrap over several source lines).
+            paragraph = " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split())
+            head, dot, _ = paragraph.partition(". ")
+            rows.append((name, scope, f"{head}{'.' if dot else ''}"))
     # Not a detector of the snapshot: the finding a pass makes of an action it would not take.
-    sys.stdout.write(
-        f"{ACTION_REFUSED:22} An action a finding offered names no single node Slurm lists: "
-        "refused, and said.\n"
-    )
+    rows.append((ACTION_REFUSED, "action", "An action a finding offered names no single node "
+                 "Slurm lists: refused, and said."))  # fmt: skip
+    if as_json:
+        detectors = [{"name": n, "scope": scope, "summary": what} for n, scope, what in rows]
+        write_document({"detectors": detectors}, OK)
+        return
+    sys.stdout.write("".join(f"{name:22} {what}\n" for name, _, what in rows))
 
 
 def _blind(message: str, as_json: bool, codes: ExitCodes) -> int:
@@ -247,6 +254,7 @@ def _print_goodput(result: PassResult, as_json: bool) -> int:
         doc = {
             "chain": chain.label,
             "work_dir": chain.work_dir,
+            "state": result.state,
             "degraded": result.degraded,
             "goodput": good.to_json() if good else None,
         }
@@ -323,7 +331,7 @@ def watch(
     codes with `watch.exit_codes: upstream`: 1 blind, 2 critical)."""
     request.check(flags)
     if request.list_detectors:
-        list_detectors()
+        list_detectors(request.as_json)
         return 0
     if request.goodput:  # a report: it reads the state, alerts nobody and writes nothing
         request = replace(request, dry_run=True)

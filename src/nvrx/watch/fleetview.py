@@ -87,11 +87,11 @@ def fleet_goodput_report(fleet: FleetResult) -> tuple[list[Line], dict[str, Any]
             if c.result
             else [[(printable(f"goodput of {c.label}: BLIND ({c.error})"), "yellow")]]
         )
-        chains.append({"label": c.label, "work_dir": c.work_dir, "error": c.error,
-                       "goodput": good.to_json() if good else None})  # fmt: skip
+        chains.append({"label": c.label, "work_dir": c.work_dir, "state": chain_state(c),
+                       "error": c.error, "goodput": good.to_json() if good else None})  # fmt: skip
     total = _fleet_goodput(fleet)
     lines += goodput_lines("the fleet", total)
-    doc = {"chains": chains, "goodput": total.to_json()}
+    doc = {"fleet": True, "state": fleet_state(fleet), "chains": chains, "goodput": total.to_json()}
     return lines, doc
 
 
