@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from nvrx.config import WatchSettings
+from nvrx.slurm import DrainedNode
 from nvrx.watch.fleet import FleetError, build_fleet, discover
 
 from .test_watch_watcher import cycle_file, healthy_run, nvrx_watch, stalled_run
@@ -111,6 +112,30 @@ def test_the_summary_table_has_a_row_per_chain(tmp_path: Path) -> None:
     assert rows["healthy"][1:4] == ["ok", "901", "400"]
     assert rows["stalled"][1:4] == ["critical", "900", "40"]
     assert any("stalled: CRITICAL" in line and "stalled_progress" in line for line in lines)
+
+
+def test_each_fleet_row_says_its_drained_nodes_and_poller_and_the_fleet_its_drains() -> None:
+    from nvrx.watch.fleet import ChainPass, FleetResult
+    from nvrx.watch.fleetview import fleet_lines
+    from nvrx.watch.model import ChainRef
+    from nvrx.watch.watcher import PassResult
+    from tests.test_watch_detectors import NOW, drained, drained_platform, snap
+
+    def chain(name: str, poller: str, *nodes: DrainedNode) -> ChainPass:
+        ref = ChainRef(name, "alice", None, drain_poller=poller)
+        result = PassResult(snap(platform=drained_platform(*nodes), chain=ref), [], False)
+        return ChainPass(name, None, result)
+
+    fleet = FleetResult(NOW, [chain("a", "on"), chain("b", "unknown", drained("n7"))])
+    lines = ["".join(t for t, _ in line) for line in fleet_lines(fleet, WatchSettings())]
+    header = lines[1].split()
+    rows = {line.split()[0]: dict(zip(header, line.split(), strict=False)) for line in lines[2:4]}
+    assert (rows["a"]["drained"], rows["a"]["poller"]) == ("n3(1/3)", "on")
+    assert (rows["b"]["drained"], rows["b"]["poller"]) == ("0/3", "?")
+    assert (
+        "drains: 1 of the 3 node(s) the chains hold drained (sinfo); in-job drain poller on in "
+        "1 of 2 chain(s) (1 unknown); watch.drain_suspects off"
+    ) in lines
 
 
 def test_a_node_failing_in_two_chains_is_one_fleet_finding(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -641,3 +642,91 @@ def test_the_live_view_cuts_what_does_not_fit_the_terminal_and_says_so() -> None
     assert "--json" in notice
     wide = [[("x" * 200, "")]] * 3  # a line longer than the width takes several rows
     assert len(fit_screen(wide, rows=8, width=80)) == 2
+
+
+# --- drains: every pass says what it knows of them ---------------------------------------------
+
+
+def test_every_pass_says_the_chains_drain_state() -> None:
+    from nvrx.watch.drains import drain_status
+    from nvrx.watch.model import ChainRef
+    from nvrx.watch.output import pass_lines
+    from nvrx.watch.watcher import PassResult
+    from tests.test_watch_detectors import drained, drained_platform, snap
+
+    def drains(result: PassResult) -> tuple[str, dict[str, Any]]:
+        (line,) = [
+            "".join(t for t, _ in row)
+            for row in pass_lines(result)
+            if row[0][0].startswith("drains: ")
+        ]
+        return line, drain_status(result)
+
+    chain = ChainRef("train", "alice", None, drain_poller="on")
+    # sinfo answered, nothing of the chain's drained: said, not left out.
+    quiet = snap(platform=drained_platform(drained("n7")), chain=chain)
+    line, doc = drains(PassResult(quiet, [], False))
+    assert line == (
+        "drains: none of the chain's 3 node(s) drained (sinfo); in-job drain poller on; "
+        "watch.drain_suspects off"
+    )
+    assert doc == {"poller": "on", "sinfo": "ok", "chain_nodes": 3, "drained": 0,
+                   "drain_suspects": False, "acting": False}  # fmt: skip
+    # One drained: which, where, since when; watch.drain_suspects on, with and without --act.
+    held = snap(platform=drained_platform(), chain=chain)
+    line, doc = drains(PassResult(held, [], False, drain_suspects=True, acting=True))
+    assert line.startswith("drains: 1 of the chain's 3 node(s) drained: n3 (generation 100 task")
+    assert line.endswith("; in-job drain poller on; watch.drain_suspects on (--act drains a "
+                         "suspect node)")  # fmt: skip
+    assert (doc["drained"], doc["drain_suspects"], doc["acting"]) == (1, True, True)
+    line, _ = drains(PassResult(held, [], False, drain_suspects=True))
+    assert line.endswith("watch.drain_suspects on, observe-only (no --act)")
+    # sinfo failed, or not asked: unknown, never "none".
+    failed = replace(drained_platform(), drained=None, drained_error="sinfo: timed out")
+    line, doc = drains(PassResult(snap(platform=failed), [], True))
+    assert line.startswith("drains: UNKNOWN (sinfo failed: sinfo: timed out); in-job drain "
+                           "poller unknown")  # fmt: skip
+    assert (doc["sinfo"], doc["drained"], doc["chain_nodes"]) == ("failed", None, 3)
+    line, doc = drains(PassResult(snap(), [], False))
+    assert line.startswith("drains: not asked (--platform none)")
+    assert (doc["sinfo"], doc["drained"], doc["chain_nodes"]) == ("not asked", None, None)
+
+
+def test_the_drain_poller_is_read_from_the_manifest_or_derived_from_its_settings(
+    tmp_path: Path,
+) -> None:
+    from nvrx.chain.manifest import manifest_path, write_manifest
+    from nvrx.watch.resolve import from_manifest
+
+    from .test_chain_cli import manifest
+
+    def poller(shape: dict[str, Any], drain_poll: str | None) -> str:
+        m = manifest(tmp_path)
+        m.shape = shape
+        if drain_poll is not None:
+            m.settings = {"chain.drain_poll": {"value": drain_poll, "source": "default"}}
+        return from_manifest(m).chain.drain_poller
+
+    spares = {"hot_spares": 1, "cold_spares": 0}
+    assert poller({**spares, "drain_poller": "off"}, "on") == "off"  # the shape says it
+    assert poller(spares, "auto") == "on"  # an older manifest: auto with spares is on
+    assert poller({"hot_spares": 0, "cold_spares": 0}, "auto") == "off"
+    assert poller({"hot_spares": 0, "cold_spares": 0}, "on") == "on"
+    assert poller(spares, None) == "unknown"  # from before the poller
+    assert poller({}, "auto") == "unknown"
+    # And the pass says it, in the screen and the document.
+    m = manifest(tmp_path)
+    m.shape = {**spares, "drain_poller": "on"}
+    write_manifest(m, manifest_path(tmp_path))
+    _, doc, _ = watch(tmp_path, tmp_path / "state")
+    assert doc["drains"]["poller"] == "on"
+    proc = nvrx_watch("--platform", "none", "--work-dir", str(tmp_path), "--state-dir",
+                      str(tmp_path / "state"))  # fmt: skip
+    assert "; in-job drain poller on; watch.drain_suspects off\n" in proc.stdout
+
+
+def test_act_help_names_every_action() -> None:
+    text = " ".join(nvrx_watch("--help").stdout.split())
+    act = text.split(" --act ", 1)[1].split(" --dry-run ", 1)[0]
+    assert "orphaned generation's pending tasks" in act
+    assert "watch.drain_suspects" in act and "drain the one node" in act

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
-from nvrx.chain.shape import PROFILES, ArrayShape, ChainError, batch_sizes
+from nvrx.chain.shape import PROFILES, ArrayShape, ChainError, batch_sizes, drain_poll_on
 from nvrx.config import ChainSettings
 
 SCRIPT_NAME = "nvrx_singleton_array.sbatch"
@@ -170,11 +170,8 @@ def drain_poller_state(chain: ChainSettings, shape: ArrayShape) -> str:
 
 
 def drain_poll_enabled(chain: ChainSettings, shape: ArrayShape) -> bool:
-    """Whether the generation runs the drain poller: `auto` is on when the chain has spares to
-    take a drained task's place, and off when a drained task could only end the generation."""
-    if chain.drain_poll == "auto":
-        return shape.hot_spares + shape.cold_spares > 0
-    return chain.drain_poll == "on"
+    """Whether the generation runs the drain poller (`shape.drain_poll_on`)."""
+    return drain_poll_on(chain.drain_poll, shape.hot_spares + shape.cold_spares)
 
 
 def _q(value: object) -> str:

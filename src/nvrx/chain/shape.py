@@ -21,6 +21,15 @@ class ChainError(Exception):
     exit_code = 2  # bad input
 
 
+def drain_poll_on(setting: str, spares: int) -> bool:
+    """Whether a generation runs the drain poller (`chain.drain_poll`): `auto` is on when the
+    chain has spares (`spares`, hot and cold) to take a drained task's place, and off when a
+    drained task could only end the generation."""
+    if setting == "auto":
+        return spares > 0
+    return setting == "on"
+
+
 @dataclass(frozen=True, slots=True)
 class ArrayShape:
     """The job-array shape of one generation."""

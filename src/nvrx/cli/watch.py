@@ -47,7 +47,13 @@ def watch_cmd(
     ] = None,
     state_dir: Annotated[Path | None, typer.Option(help="State, cache and log directory.")] = None,
     act: Annotated[
-        bool, typer.Option("--act", help="Take the one action (cancel an orphan's pending tasks).")
+        bool,
+        typer.Option(
+            "--act",
+            help="Take the actions findings offer: cancel an orphaned generation's pending "
+            "tasks; with watch.drain_suspects, drain the one node a suspect_node finding names "
+            "(the chain's in-job drain poller then moves its task off it).",
+        ),
     ] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="No action, alert, heartbeat or state write.")

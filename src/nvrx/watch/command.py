@@ -120,23 +120,11 @@ class WatchRequest:
 
 
 def list_detectors(as_json: bool) -> None:
-    """Every name a finding's `detector` may hold, with its first sentence: the chain's
-    detectors, the fleet's, and the pass's own `action_refused`; a document under --json."""
+    """The detector catalogue (`detectors.catalogue`), as text or a document under --json."""
     from nvrx.contract import OK, write_document
-    from nvrx.watch.detectors import DETECTORS
-    from nvrx.watch.detectors.fleet import FLEET_DETECTORS
-    from nvrx.watch.model import ACTION_REFUSED
+    from nvrx.watch.detectors import catalogue
 
-    rows: list[tuple[str, str, str]] = []  # (name, scope, what)
-    for scope, registry in (("chain", DETECTORS), ("fleet", FLEET_DETECTORS)):
-        for name, fn in registry.items():
-            # The docstring's first sentence, whole (it may wrap over several source lines).
-            paragraph = " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split())
-            head, dot, _ = paragraph.partition(". ")
-            rows.append((name, scope, f"{head}{'.' if dot else ''}"))
-    # Not a detector of the snapshot: the finding a pass makes of an action it would not take.
-    rows.append((ACTION_REFUSED, "action", "An action a finding offered names no single node "
-                 "Slurm lists: refused, and said."))  # fmt: skip
+    rows = catalogue()
     if as_json:
         detectors = [{"name": n, "scope": scope, "summary": what} for n, scope, what in rows]
         write_document({"detectors": detectors}, OK)

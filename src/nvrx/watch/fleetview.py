@@ -8,6 +8,8 @@ from typing import Any
 from nvrx.config import WatchSettings
 from nvrx.display import printable
 from nvrx.slurm.hostlist import compress
+from nvrx.watch.detectors.common import age_seconds, ago
+from nvrx.watch.drains import fleet_drain_line
 from nvrx.watch.fleet import ChainPass, FleetResult
 from nvrx.watch.goodput import Goodput, fleet_goodput
 from nvrx.watch.model import Snapshot
@@ -16,8 +18,6 @@ from nvrx.watch.output import (
     SEVERITY_STYLE,
     STATE_STYLE,
     Line,
-    age_seconds,
-    ago,
     goodput_line,
     goodput_lines,
     pass_json,
@@ -100,13 +100,19 @@ def _fleet_goodput(fleet: FleetResult) -> Goodput:
 
 
 def _drained(snap: Snapshot) -> str:
-    """The drained nodes the chain's running tasks hold (`-`: none; `?`: sinfo failed)."""
+    """The drained nodes the chain's running tasks hold, out of how many they hold (`0/4`,
+    `n2(1/4)`; `-`: not asked or no node held; `?`: squeue or sinfo failed)."""
     platform = snap.platform
     if platform is None:
         return "-"
     if platform.drained is None or not platform.queue_ok:
         return "?"
-    return compress(sorted({d.name for _, _, d in platform.drained_in_use()})) or "-"
+    nodes = platform.chain_nodes()
+    if not nodes:
+        return "-"
+    drained = sorted({d.name for _, _, d in platform.drained_in_use()})
+    count = f"{len(drained)}/{len(nodes)}"
+    return f"{compress(drained)}({count})" if drained else count
 
 
 def fleet_lines(fleet: FleetResult, settings: WatchSettings) -> list[Line]:
@@ -115,13 +121,13 @@ def fleet_lines(fleet: FleetResult, settings: WatchSettings) -> list[Line]:
     window = f"{settings.fleet_window / 3600:g}h"
     header = (
         "chain", "state", "generation", "checkpoint", "age", f"restarts/{window}", "drained",
-        "goodput", "findings",
+        "poller", "goodput", "findings",
     )  # fmt: skip
     rows: list[tuple[str, ...]] = []
     for c in fleet.chains:
         r = c.result
         if r is None:
-            rows.append((c.label, "blind", "?", "?", "?", "?", "?", "?", "?"))
+            rows.append((c.label, "blind", *["?"] * (len(header) - 2)))
             continue
         snap = r.snapshot
         ckpt = snap.checkpoint
@@ -134,12 +140,13 @@ def fleet_lines(fleet: FleetResult, settings: WatchSettings) -> list[Line]:
                 ago(age_seconds(now, ckpt.mtime)) if ckpt.mtime else "-",
                 str(c.failed),
                 _drained(snap),
+                {"unknown": "?"}.get(snap.chain.drain_poller, snap.chain.drain_poller),
                 percent(r.goodput.fraction if r.goodput else None),
                 str(len(r.findings)),
             )
         )
     total = _fleet_goodput(fleet)
-    rows.append(("fleet", "", "", "", "", "", "", percent(total.fraction), ""))
+    rows.append(("fleet", *[""] * (len(header) - 3), percent(total.fraction), ""))
     widths = [max(len(printable(row[i])) for row in (header, *rows)) for i in range(len(header))]
     lines: list[Line] = [
         [
@@ -161,6 +168,7 @@ def fleet_lines(fleet: FleetResult, settings: WatchSettings) -> list[Line]:
         lines.append(
             [(printable(goodput_line(total).replace("goodput:", "fleet goodput:", 1)), "")]
         )
+    lines.append([(printable(fleet_drain_line(fleet, settings)), "")])
     for f in fleet.findings:
         lines.append(
             [("  ", ""), (f"{f.severity.value.upper():8}", SEVERITY_STYLE[f.severity]),

@@ -512,6 +512,10 @@ class Platform:
             if node in by_name
         ]
 
+    def chain_nodes(self) -> set[str]:
+        """The nodes the chain's running tasks hold (squeue's view)."""
+        return {node for g in self.generations for nodes in g.task_nodes.values() for node in nodes}
+
     def generation(self, job_id: str) -> Generation | None:
         return next((g for g in self.generations if g.job_id == job_id), None)
 
@@ -539,6 +543,9 @@ class ChainRef:
     # known: tells a chain that finished from one that ran out of generations.
     train_iterations: int | None = None
     resolved_from: str = ""  # "manifest", "batch script", "work dir", "flags"
+    # Whether the generations run nvrx's in-job drain poller: "on", "off", or "unknown" (no
+    # manifest, or one older than chain.drain_poll).
+    drain_poller: str = "unknown"
 
     @property
     def label(self) -> str:

@@ -4,20 +4,19 @@ the goodput breakdown (a fleet's reports are `watch.fleetview`'s, built from the
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any, TextIO
 
 from nvrx.contract import SCHEMA
 from nvrx.display import printable
 from nvrx.junit import TestCase, junit_xml
 from nvrx.slurm.hostlist import compress
-from nvrx.watch.detectors.common import iso_time
+from nvrx.watch.detectors.common import age_seconds, ago, iso_time
+from nvrx.watch.drains import drain_line, drain_status
 from nvrx.watch.goodput import CATEGORIES, NOT_READ, SOURCES, Goodput, span_text
 from nvrx.watch.model import Finding, Severity
 from nvrx.watch.watcher import PassResult
 
 JSON_SCHEMA = SCHEMA  # the one output contract's (nvrx.contract)
-FUTURE_SLACK = 5.0  # seconds: a time this far after the pass started is "now", not the future
 # A screen line is a list of (text, style) segments: styled with rich on a terminal, written
 # as plain text otherwise (cron, pipes), so a pass that is not watched never imports rich.
 Segment = tuple[str, str]
@@ -26,22 +25,6 @@ SEVERITY_STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Sev
 # A pass's (or a chain's) state word (`PassResult.state`), as the screen styles it.
 STATE_STYLE = {"critical": "bold red", "blind": "yellow", "warning": "yellow", "info": "cyan",
                "ok": "green"}  # fmt: skip
-
-
-def age_seconds(now: datetime, then: datetime | None) -> float | None:
-    return None if then is None else round((now - then).total_seconds(), 1)
-
-
-def ago(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    if seconds < -FUTURE_SLACK:
-        return "in the future"
-    seconds = max(seconds, 0.0)  # a file written while the pass ran, not a clock ahead
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f}{unit} ago"
-    return f"{seconds:.0f}s ago"
 
 
 def pass_json(result: PassResult) -> dict[str, Any]:
@@ -138,6 +121,7 @@ def pass_json(result: PassResult) -> dict[str, Any]:
             },
             "skipped_files": len(snap.skipped),
         },
+        "drains": drain_status(result),
         "findings": [f.to_json() for f in result.findings],
         "goodput": result.goodput.to_json() if result.goodput is not None else None,
         "actions": result.actions,
@@ -213,30 +197,18 @@ def pass_lines(result: PassResult) -> list[Line]:
                 f"{g.running} running, {g.pending} pending"
             )
         say("generations: " + ("; ".join(parts) or "none queued or running"))
-        if platform.drained is None:
-            say(f"drained nodes: UNKNOWN (sinfo failed: {platform.drained_error})", "yellow")
-        elif held := platform.drained_in_use():
-            say(
-                "drained nodes in use: "
-                + ", ".join(
-                    f"{d.name} (generation {gen} task {task}"
-                    + (f", {ago(age_seconds(now, d.since))}" if d.since else "")
-                    + ")"
-                    for gen, task, d in held
-                ),
-                "yellow",
+    say(*drain_line(result))
+    if platform is not None and platform.queue_ok and platform.endings:
+        recent = sorted(platform.endings, key=lambda e: e.end or now)[-3:]
+        say(
+            "task 0 endings: "
+            + "; ".join(
+                f"{e.job_id} {e.state.value} {e.exit or '?'}"
+                + (" (no-restart verdict)" if e.no_restart else "")
+                + (f", {ago(age_seconds(now, e.end))}" if e.end else "")
+                for e in recent
             )
-        if platform.endings:
-            recent = sorted(platform.endings, key=lambda e: e.end or now)[-3:]
-            say(
-                "task 0 endings: "
-                + "; ".join(
-                    f"{e.job_id} {e.state.value} {e.exit or '?'}"
-                    + (" (no-restart verdict)" if e.no_restart else "")
-                    + (f", {ago(age_seconds(now, e.end))}" if e.end else "")
-                    for e in recent
-                )
-            )
+        )
 
     latest = snap.latest
     if latest is None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nvrx.chain.manifest import ChainManifest, manifest_path, read_manifest
-from nvrx.chain.shape import ChainError
+from nvrx.chain.shape import ChainError, drain_poll_on
 from nvrx.config import (
     WatchSettings,
 )
@@ -244,6 +244,7 @@ def from_manifest(m: ChainManifest) -> Target:
     if megatron and isinstance(samples, int) and isinstance(batch, int) and batch > 0:
         train_iterations = samples // batch
     max_restarts = setting("chain.max_restarts")
+    poller = _drain_poller(m.shape, setting("chain.drain_poll"))
     code = setting("chain.no_restart_exit_code")
     save_every = setting("chain.save_interval")
     work = Path(m.work_dir)
@@ -264,6 +265,7 @@ def from_manifest(m: ChainManifest) -> Target:
         save_interval_iterations=save_every if isinstance(save_every, int) and not demo else None,
         train_iterations=train_iterations,
         resolved_from="manifest",
+        drain_poller=poller,
     )
     checkpoint = (
         str(work / "nvrx" / "{job}" / "control" / "static_iter.txt")
@@ -271,6 +273,19 @@ def from_manifest(m: ChainManifest) -> Target:
         else str(work / "checkpoints" / CHECKPOINT_NAME)
     )
     return Target(chain, work_dir_globs(work), checkpoint, "")
+
+
+def _drain_poller(shape: dict[str, Any], setting: object) -> str:
+    """The drain poller as the manifest's shape says, else as its `chain.drain_poll` and spares
+    decided it; "unknown" for a manifest from before the poller."""
+    said = shape.get("drain_poller")
+    if said in ("on", "off"):
+        return str(said)
+    spares = [shape.get("hot_spares"), shape.get("cold_spares")]
+    counts = [n for n in spares if isinstance(n, int)]
+    if setting not in ("auto", "on", "off") or len(counts) != len(spares):
+        return "unknown"
+    return "on" if drain_poll_on(str(setting), sum(counts)) else "off"
 
 
 def _from_slurm(job_id: str, slurm: Slurm) -> tuple[str, str, str | None, str | None]:

@@ -93,6 +93,8 @@ class PassResult:
     last_success: datetime | None = None  # this host's last pass that saw (the state's)
     goodput: Goodput | None = None
     exit_codes: ExitCodes = "nvrx"  # watch.exit_codes: whose codes `exit_code` is in
+    drain_suspects: bool = False  # watch.drain_suspects: a suspect node may be drained...
+    acting: bool = False  # ... by this pass (--act, not a dry run)
 
     @property
     def critical(self) -> bool:
@@ -264,7 +266,14 @@ class Watcher:
             replace(f, first_seen=state.first_seen(f.key, now))
             for f in refuse_actions(detected, self._node_names(detected))
         ]
-        result = PassResult(snap, findings, is_degraded(snap), exit_codes=self.settings.exit_codes)
+        result = PassResult(
+            snap,
+            findings,
+            is_degraded(snap),
+            exit_codes=self.settings.exit_codes,
+            drain_suspects=self.settings.drain_suspects,
+            acting=self.act and not self.dry_run,
+        )
         spans = state.see_spans(snap.platform.spans if snap.platform is not None else ())
         hung = any(f.detector == "cycle_stalled" for f in findings)
         result.goodput = goodput(

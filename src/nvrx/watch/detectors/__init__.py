@@ -73,6 +73,24 @@ DETECTORS: dict[str, Detector] = {
 COUNTED = (*DETECTORS, ACTION_REFUSED)
 
 
+def catalogue() -> list[tuple[str, str, str]]:
+    """(name, scope, first sentence) of every name a finding's `detector` may hold: the
+    chain's detectors, the fleet's, and the refusal of an action (`--list-detectors`)."""
+    from nvrx.watch.detectors.fleet import FLEET_DETECTORS
+
+    rows: list[tuple[str, str, str]] = []
+    for scope, registry in (("chain", DETECTORS), ("fleet", FLEET_DETECTORS)):
+        for name, fn in registry.items():
+            # The docstring's first sentence, whole (it may wrap over several source lines).
+            paragraph = " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split())
+            head, dot, _ = paragraph.partition(". ")
+            rows.append((name, scope, f"{head}{'.' if dot else ''}"))
+    # Not a detector of the snapshot: the finding a pass makes of an action it would not take.
+    rows.append((ACTION_REFUSED, "action", "An action a finding offered names no single node "
+                 "Slurm lists: refused, and said."))  # fmt: skip
+    return rows
+
+
 def run_detectors(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     """Every detector not named in `cfg.disable`, findings sorted by (severity, detector, key).
 
@@ -90,6 +108,7 @@ def run_detectors(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
 __all__ = [
     "DETECTORS",
     "Detector",
+    "catalogue",
     "chain_exhausted",
     "chain_not_cancelled",
     "counter_regressed",

@@ -25,6 +25,26 @@ def seconds_since(now: datetime, then: datetime) -> float:
     return (now - then).total_seconds()
 
 
+FUTURE_SLACK = 5.0  # seconds: a time this far after the pass started is "now", not the future
+
+
+def age_seconds(now: datetime, then: datetime | None) -> float | None:
+    return None if then is None else round((now - then).total_seconds(), 1)
+
+
+def ago(seconds: float | None) -> str:
+    """`3.2h ago`, `40s ago`: an age on a screen line (`?` unknown)."""
+    if seconds is None:
+        return "?"
+    if seconds < -FUTURE_SLACK:
+        return "in the future"
+    seconds = max(seconds, 0.0)  # a file written while the pass ran, not a clock ahead
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit} ago"
+    return f"{seconds:.0f}s ago"
+
+
 def iso_time(t: datetime | None) -> str | None:
     """A time in a finding's evidence (for programs): ISO 8601."""
     return t.isoformat() if t is not None else None
