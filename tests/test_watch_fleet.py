@@ -198,7 +198,11 @@ def test_one_textfile_labels_every_chain_and_names_each_metric_once(tmp_path: Pa
     ("args", "message"),
     [
         (["--fleet"], "--fleet needs at least one PATH"),
-        (["--fleet", ".", "--work-dir", "."], "--work-dir name one chain"),
+        (["--fleet", ".", "--work-dir", "."], "--work-dir is for one chain: not with --fleet"),
+        (
+            ["--mine", "--html", "--junit", "j.xml"],
+            "--html, --junit are for one chain: not with --mine",
+        ),
         (["1", "2"], "one JOB_ID, not 2"),
         (["--mine", "12"], "--mine takes no JOB_ID ('12')"),
         (["--fleet", "/nonexistent-nvrx"], "--fleet /nonexistent-nvrx: no such directory"),

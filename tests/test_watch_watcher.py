@@ -164,9 +164,20 @@ def test_the_webhook_gets_each_finding_once_per_cooldown(tmp_path: Path, hook: s
 def test_a_failing_webhook_never_stops_observation(tmp_path: Path, hook: str) -> None:
     Hook.status = 500
     stalled_run(tmp_path / "w")
-    code, doc, _ = watch(tmp_path / "w", tmp_path / "state", "--webhook-url", hook)
+    code, doc, err = watch(tmp_path / "w", tmp_path / "state", "--webhook-url", hook)
     assert code == 1 and doc["findings"]
     assert any("webhook" in e and "500" in e for e in doc["sink_errors"])
+    # Said as a warning on stderr, one line each, never in the answer on stdout.
+    warnings = [line for line in err.splitlines() if "sink failed" in line]
+    assert warnings and all(w.startswith("nvrx: warning: sink failed: webhook") for w in warnings)
+    text = nvrx_watch("--platform", "none", "--work-dir", str(tmp_path / "w"), "--state-dir",
+                      str(tmp_path / "state2"), "--webhook-url", hook)  # fmt: skip
+    assert "sink failed" not in text.stdout
+    assert "nvrx: warning: sink failed: webhook for nvrx-stalled-progress-900-40" in text.stderr
+    fleet = nvrx_watch("--platform", "none", "--fleet", str(tmp_path / "w"), "--state-dir",
+                       str(tmp_path / "state3"), "--webhook-url", hook)  # fmt: skip
+    assert "sink failed" not in fleet.stdout
+    assert f"nvrx: warning: sink failed: {tmp_path / 'w'}: webhook for" in fleet.stderr
     Hook.status = 200
     watch(tmp_path / "w", tmp_path / "state", "--webhook-url", hook)
     assert Hook.received[-1]["key"]  # not marked as sent while it failed: retried next pass
@@ -730,3 +741,27 @@ def test_act_help_names_every_action() -> None:
     act = text.split(" --act ", 1)[1].split(" --dry-run ", 1)[0]
     assert "orphaned generation's pending tasks" in act
     assert "watch.drain_suspects" in act and "drain the one node" in act
+
+
+def test_ctrl_c_stops_a_loop_with_exit_130(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    healthy_run(tmp_path / "w")
+
+    def interrupted(seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(time, "sleep", interrupted)  # Ctrl-C while the loop waits
+    proc = nvrx_watch("--platform", "none", "--work-dir", str(tmp_path / "w"), "--state-dir",
+                      str(tmp_path / "state"), "--interval", "60")  # fmt: skip
+    assert proc.returncode == 130 and proc.stderr.endswith("nvrx: interrupted\n")
+    assert "OK" in proc.stdout.splitlines()[0]  # the pass before it was printed
+
+
+def test_a_watch_that_names_no_chain_lists_every_way_to_name_one(tmp_path: Path) -> None:
+    proc = nvrx_watch("--state-dir", str(tmp_path / "state"))
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        "nvrx: error: name the chain to watch: a JOB_ID, --work-dir DIR or --cycle-info-glob "
+        "GLOB; or several chains: --fleet PATH... or --mine\n"
+    )

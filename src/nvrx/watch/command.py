@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from nvrx.config import ConfigSource
 from nvrx.display import printable
-from nvrx.terminal import CommandError, note
+from nvrx.terminal import CommandError, note, warn
 
 if TYPE_CHECKING:
     from nvrx.config import WatchSettings
@@ -92,20 +92,13 @@ class WatchRequest:
                     f"--goodput only reads, in one pass: not with {', '.join(extra)}"
                 )
         if self.fleet or self.mine:
-            single = [
-                name
-                for name, value in (
-                    ("--work-dir", self.work_dir),
-                    ("--job-name", self.job_name),
-                    ("--cycle-info-glob", self.cycle_info_glob),
-                    ("--checkpoint-iteration-file", self.checkpoint_iteration_file),
-                    ("--html", self.html),
-                    ("--junit", self.junit),
-                )
-                if value is not None
-            ]
+            one = ("--work-dir", "--job-name", "--cycle-info-glob", "--checkpoint-iteration-file",
+                   "--html", "--junit")  # fmt: skip
+            single = [flag for flag in given if flag in one]
             if single:
-                raise CommandError(f"{', '.join(single)} name one chain: not with --fleet/--mine")
+                many = "--fleet" if self.fleet else "--mine"
+                each = "is for" if len(single) == 1 else "are for"
+                raise CommandError(f"{', '.join(single)} {each} one chain: not with {many}")
         if self.fleet and not self.targets:
             raise CommandError("--fleet needs at least one PATH (a chain work dir or above one)")
         if self.mine and self.targets and not self.fleet:
@@ -192,7 +185,11 @@ class PassOutput:
             self.live = Live(console=stdout(), auto_refresh=False)
             self.live.start()
 
-    def show(self, doc: Mapping[str, Any], lines: Callable[[], list[Line]]) -> None:
+    def show(
+        self, doc: Mapping[str, Any], lines: Callable[[], list[Line]], sink_errors: list[str]
+    ) -> None:
+        """The pass, then each sink that failed as a warning on stderr (above the live screen,
+        which rich keeps below what is written meanwhile)."""
         from nvrx.watch.output import fit_screen, lines_renderable, print_lines
 
         if self.as_json:
@@ -206,26 +203,32 @@ class PassOutput:
             self.live.update(lines_renderable(screen, footer), refresh=True)
         else:
             print_lines(lines(), sys.stdout, color=sys.stdout.isatty())
+        for error in sink_errors:
+            warn(f"sink failed: {error}")
 
     def close(self) -> None:
         if self.live is not None:
             self.live.stop()
+            self.live = None
 
     def every_interval(self, one_pass: Callable[[], tuple[int, bool]]) -> int:
-        """`one_pass` once, or every `watch.interval` until Ctrl-C or until it says it is done;
-        the last pass's exit code."""
-        code = 0
+        """`one_pass` once, or every `watch.interval` until it says it is done; the last pass's
+        exit code. Ctrl-C stops the loop as it stops any command: `nvrx: interrupted`, exit 130
+        (as `nvrx.cli.main` says it), whatever the last pass found."""
+        from nvrx.contract import INTERRUPTED
+
         try:
             while True:
                 code, done = one_pass()
                 if done or self.interval is None:
-                    break
+                    return code
                 time.sleep(self.interval)
         except KeyboardInterrupt:
-            pass
+            self.close()  # the live screen first, so that the line comes below it
+            sys.stderr.write("nvrx: interrupted\n")
+            return INTERRUPTED
         finally:
             self.close()
-        return code
 
 
 def _print_goodput(result: PassResult, as_json: bool) -> int:
@@ -303,7 +306,11 @@ def fleet_watch(
             else:
                 print_lines(lines, sys.stdout, color=sys.stdout.isatty())
             return code, True
-        out.show(fleet_json(result, settings), partial(fleet_lines, result, settings))
+        out.show(
+            fleet_json(result, settings),
+            partial(fleet_lines, result, settings),
+            result.all_sink_errors(),
+        )
         return result.exit_code, False
 
     return out.every_interval(one_pass)
@@ -387,7 +394,7 @@ def watch(
         # A loop rewrites them every pass: where they went is said once.
         if _write_files(request, watcher, result, detectors, announce=not told):
             told.append(True)
-        out.show(pass_json(result), partial(pass_lines, result))
+        out.show(pass_json(result), partial(pass_lines, result), result.sink_errors)
         return result.exit_code, False
 
     return out.every_interval(one_pass)

@@ -115,7 +115,15 @@ class FleetResult:
     findings: list[Finding] = field(default_factory=list)  # the fleet detectors'
     slurm_commands: int = 0
     notes: list[str] = field(default_factory=list)
+    sink_errors: list[str] = field(default_factory=list)  # the fleet's own (its textfile)
     exit_codes: ExitCodes = "nvrx"  # watch.exit_codes
+
+    def all_sink_errors(self) -> list[str]:
+        """Every sink that failed this pass: the fleet's, then each chain's, by its label."""
+        return [
+            *self.sink_errors,
+            *(f"{c.label}: {e}" for c in self.chains if c.result for e in c.result.sink_errors),
+        ]
 
     @property
     def exit_code(self) -> int:
@@ -213,7 +221,7 @@ class Fleet:
         try:
             write_textfile(Path(path), prometheus_text(parts, list(COUNTED)))
         except OSError as exc:
-            fleet.notes.append(f"prom file: {exc}")
+            fleet.sink_errors.append(f"prom file: {exc}")
 
 
 def build_fleet(

@@ -72,6 +72,7 @@ def fleet_json(fleet: FleetResult, settings: WatchSettings) -> dict[str, Any]:
         "chains": chains,
         "fleet_findings": [f.to_json() for f in fleet.findings],
         "goodput": _fleet_goodput(fleet).to_json(),
+        "sink_errors": fleet.sink_errors,
         "notes": fleet.notes,
     }
 
@@ -184,7 +185,5 @@ def fleet_lines(fleet: FleetResult, settings: WatchSettings) -> list[Line]:
             )  # fmt: skip
         for action in c.result.actions if c.result else ():
             lines.append([(printable(f"{c.label}: {action}"), "bold")])
-        for error in c.result.sink_errors if c.result else ():
-            lines.append([(printable(f"{c.label}: sink failed: {error}"), "yellow")])
     lines += [[(printable(f"note: {n}"), "dim")] for n in fleet.notes]
     return lines

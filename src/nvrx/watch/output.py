@@ -253,8 +253,6 @@ def pass_lines(result: PassResult) -> list[Line]:
                 say(f"           {extra}", "dim")
     for action in result.actions:
         say(action, "bold")
-    for error in result.sink_errors:
-        say(f"sink failed: {error}", "yellow")
     for note in result.notes:
         say(f"note: {note}", "dim")
     return lines
