@@ -389,3 +389,32 @@ def test_a_drained_node_a_chain_runs_on_shows_in_one_pass_of_watch_and_of_the_fl
         assert "drained" in header.split() and node in row.split()
     finally:
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], timeout=30)
+
+
+def test_a_chain_ended_by_the_no_restart_verdict_trained_nothing_and_says_its_drains(
+    slurm: Slurm, work_root: Path
+) -> None:
+    # The rehearsal's no-restart demo (deploy/quickstart's): a fault in cycle 0, no checkpoint
+    # progress, every launcher exits 93 and task 0's trap cancels the rest of the chain, so
+    # accounting shows task 0 CANCELLED 0:0, as a clean end would.
+    work = work_root / "verdict"
+    doc = submit(
+        work, "-K", "2", "--train-tasks", "2", "--hot-spares", "1", "--cold-spares", "1",
+        "--job-name", f"verdict-{os.getpid()}", "--set", "chain.fault_delay=3",
+    )  # fmt: skip
+    ids = [g["job_id"] for g in doc["generations"]]
+    wait_for(lambda: not [r for r in slurm.queue(ids) if r.state.is_live], timeout=180,
+             what="the verdict to end the chain")  # fmt: skip
+    wait_for(lambda: all(r.end for r in slurm.accounting(ids[:1])), what="accounting")
+    assert (work / "nvrx" / ids[0] / "control" / "no_restart").exists()
+    code, doc = watch("--work-dir", str(work), state_dir=work_root / "verdict-state")
+    assert code == 1 and "chain_exhausted" in detectors(doc)
+    (ending,) = [e for e in doc["snapshot"]["platform"]["task0_endings"] if e["job_id"] == ids[0]]
+    assert ending["no_restart"] is True
+    good = doc["goodput"]
+    assert good["seconds"]["productive"] == 0 and good["fraction"] == 0
+    assert good["seconds"]["progress_lost"] > 0  # the cycle, redone from the last save
+    # Drains: the chain's spares make the in-job poller on; sinfo answered; nothing runs now.
+    drains = doc["drains"]
+    assert (drains["poller"], drains["sinfo"], drains["chain_nodes"]) == ("on", "ok", 0)
+    assert drains["drain_suspects"] is False
