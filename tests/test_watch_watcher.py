@@ -719,7 +719,8 @@ def test_the_drain_poller_is_read_from_the_manifest_or_derived_from_its_settings
         return from_manifest(m).chain.drain_poller
 
     spares = {"hot_spares": 1, "cold_spares": 0}
-    assert poller({**spares, "drain_poller": "off"}, "on") == "off"  # the shape says it
+    # The shape says it (as submit-chain writes it: the word, then why).
+    assert poller({**spares, "drain_poller": "off (chain.drain_poll=off)"}, "on") == "off"
     assert poller(spares, "auto") == "on"  # an older manifest: auto with spares is on
     assert poller({"hot_spares": 0, "cold_spares": 0}, "auto") == "off"
     assert poller({"hot_spares": 0, "cold_spares": 0}, "on") == "on"
@@ -727,7 +728,10 @@ def test_the_drain_poller_is_read_from_the_manifest_or_derived_from_its_settings
     assert poller({}, "auto") == "unknown"
     # And the pass says it, in the screen and the document.
     m = manifest(tmp_path)
-    m.shape = {**spares, "drain_poller": "on"}
+    m.shape = {
+        **spares,
+        "drain_poller": "on (auto: 1 spare task(s) can take a drained task's place)",
+    }
     write_manifest(m, manifest_path(tmp_path))
     _, doc, _ = watch(tmp_path, tmp_path / "state")
     assert doc["drains"]["poller"] == "on"

@@ -131,8 +131,7 @@ def resolve(
     target: Target | None = None
     name = user = None
     if over.work_dir is not None:
-        # A work dir that is not there is a typo or the wrong path (bad input); one that is
-        # there and cannot be read, or holds no cycle files, is a pass that cannot see (blind).
+        # Not there: a typo (bad input); there but unreadable or empty: blind (observe).
         missing = not_a_directory(over.work_dir)
         if missing is not None:
             raise WatchError(f"--work-dir {over.work_dir}: {missing}")
@@ -278,9 +277,10 @@ def from_manifest(m: ChainManifest) -> Target:
 def _drain_poller(shape: dict[str, Any], setting: object) -> str:
     """The drain poller as the manifest's shape says, else as its `chain.drain_poll` and spares
     decided it; "unknown" for a manifest from before the poller."""
-    said = shape.get("drain_poller")
-    if said in ("on", "off"):
-        return str(said)
+    said = shape.get("drain_poller")  # "on (auto: 2 spare task(s) ...)": its first word
+    word = said.split(" ", 1)[0] if isinstance(said, str) else None
+    if word in ("on", "off"):
+        return word
     spares = [shape.get("hot_spares"), shape.get("cold_spares")]
     counts = [n for n in spares if isinstance(n, int)]
     if setting not in ("auto", "on", "off") or len(counts) != len(spares):
