@@ -86,9 +86,12 @@ def fleet_drain_line(fleet: FleetResult, settings: WatchSettings) -> str:
         drained = {d.name for p in platforms for _, _, d in p.drained_in_use()}
         sinfo = f"{len(drained)} of the {len(nodes)} node(s) the chains hold drained (sinfo)"
     pollers = [r.snapshot.chain.drain_poller for r in seen]
+    unknown = pollers.count("unknown")
     poller = f"in-job drain poller on in {pollers.count('on')} of {len(fleet.chains)} chain(s)"
-    if pollers.count("unknown"):
-        poller += f" ({pollers.count('unknown')} unknown)"
+    if unknown == len(fleet.chains):
+        poller = "in-job drain poller unknown (no chain manifest says)"
+    elif unknown:
+        poller += f" ({unknown} unknown)"
     acting = any(r.acting for r in seen)
     suspects = (
         "watch.drain_suspects off"
