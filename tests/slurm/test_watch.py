@@ -386,7 +386,10 @@ def test_a_drained_node_a_chain_runs_on_shows_in_one_pass_of_watch_and_of_the_fl
             capture_output=True, text=True, timeout=300, check=False,
         ).stdout  # fmt: skip
         header, row = table.splitlines()[1:3]
-        assert "drained" in header.split() and node in row.split()
+        # The drained node of the 2 the chain's tasks hold, and the poller its spare turns on.
+        cells = dict(zip(header.split(), row.split(), strict=False))
+        assert (cells["drained"], cells["poller"]) == (f"{node}(1/2)", "on")
+        assert (one["drains"]["drained"], one["drains"]["chain_nodes"]) == (1, 2)
     finally:
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], timeout=30)
 
