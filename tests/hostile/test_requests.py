@@ -79,7 +79,7 @@ DROPPED: list[tuple[str, str, str]] = [
     ("inject-loop --next {session} -- --gres=gpu:1", "--next", "-- ARGS"),
     ("inject-loop --list-pool --dry-run --pool quick", "--list-pool", "--dry-run"),
     # watch: --list-detectors lists and exits; --goodput is one read-only pass.
-    ("watch --list-detectors --json", "--list-detectors", "--json"),
+    ("watch --list-detectors --act", "--list-detectors", "--act"),  # --json it honours
     ("watch --list-detectors --fleet {work}", "--list-detectors", "--fleet"),
     ("watch --list-detectors --work-dir {work}", "--list-detectors", "--work-dir"),
     ("watch --list-detectors --disable restart_storm", "--list-detectors", "--disable"),
