@@ -46,13 +46,6 @@ def where(tmp_path: Path, shared_dir: Path) -> dict[str, str]:
     }  # fmt: skip
 
 
-# A watch pass's document is framed in nvrx.watch (watch/output.py, watch/fleetview.py) and
-# printed by its PassOutput, not by nvrx.contract.write_document: it has no `ok` until it is.
-WATCH_PASS = pytest.mark.xfail(
-    strict=True, reason="watch's pass document is not framed by nvrx.contract yet"
-)
-
-
 # Every mode of a watch pass, each a document with the pass's `state` under --json.
 WATCH_ONE = ["watch", "--platform", "none", "--state-dir", "{state}"]
 WATCH_MODES: list[tuple[list[str], int]] = [

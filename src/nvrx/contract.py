@@ -41,9 +41,8 @@ def document(body: Mapping[str, Any], exit_code: int) -> dict[str, Any]:
     return {"schema": SCHEMA, "ok": exit_code == OK, **inner, "exit_code": exit_code}
 
 
-def write_document(body: Mapping[str, Any], exit_code: int, *, indent: None = None) -> None:
-    """Print one framed document on stdout, on one line. (`indent` is accepted only as None,
-    for callers written when documents could be pretty-printed; it changes nothing.)"""
+def write_document(body: Mapping[str, Any], exit_code: int) -> None:
+    """Print one framed document on stdout, on one line."""
     sys.stdout.write(json.dumps(document(body, exit_code)) + "\n")
     sys.stdout.flush()
 

@@ -4,7 +4,6 @@ seconds, each printed as a screen or one JSON object."""
 from __future__ import annotations
 
 import gc
-import json
 import socket
 import sys
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nvrx.config import ConfigSource
+from nvrx.contract import INTERRUPTED, OK, write_document
 from nvrx.display import printable
 from nvrx.terminal import CommandError, note, warn
 
@@ -114,7 +114,6 @@ class WatchRequest:
 
 def list_detectors(as_json: bool) -> None:
     """The detector catalogue (`detectors.catalogue`), as text or a document under --json."""
-    from nvrx.contract import OK, write_document
     from nvrx.watch.detectors import catalogue
 
     rows = catalogue()
@@ -128,13 +127,12 @@ def list_detectors(as_json: bool) -> None:
 def _blind(message: str, as_json: bool, codes: ExitCodes) -> int:
     """A pass that saw nothing: one line (and a JSON object with --json), exit 3 (upstream's
     codes: 1)."""
-    from nvrx.contract import write_document
     from nvrx.watch.watcher import pass_exit_code
 
     code = pass_exit_code(critical=False, blind=True, codes=codes)
     sys.stderr.write(f"nvrx: watch: {printable(message)}\n")
     if as_json:
-        write_document({"state": "blind", "degraded": True, "error": message}, code, indent=None)
+        write_document({"state": "blind", "degraded": True, "error": message}, code)
     return code
 
 
@@ -186,15 +184,18 @@ class PassOutput:
             self.live.start()
 
     def show(
-        self, doc: Mapping[str, Any], lines: Callable[[], list[Line]], sink_errors: list[str]
+        self,
+        doc: Mapping[str, Any],
+        code: int,
+        lines: Callable[[], list[Line]],
+        sink_errors: list[str],
     ) -> None:
-        """The pass, then each sink that failed as a warning on stderr (above the live screen,
-        which rich keeps below what is written meanwhile)."""
+        """The pass (exiting `code`), then each sink that failed as a warning on stderr (above
+        the live screen, which rich keeps below what is written meanwhile)."""
         from nvrx.watch.output import fit_screen, lines_renderable, print_lines
 
         if self.as_json:
-            sys.stdout.write(json.dumps(doc) + "\n")
-            sys.stdout.flush()
+            write_document(doc, code)
         elif self.live is not None:
             upcoming = datetime.now() + timedelta(seconds=self.interval or 0)
             footer = f"next pass at {upcoming:%H:%M:%S} (every {self.interval} s)"
@@ -215,7 +216,6 @@ class PassOutput:
         """`one_pass` once, or every `watch.interval` until it says it is done; the last pass's
         exit code. Ctrl-C stops the loop as it stops any command: `nvrx: interrupted`, exit 130
         (as `nvrx.cli.main` says it), whatever the last pass found."""
-        from nvrx.contract import INTERRUPTED
 
         try:
             while True:
@@ -234,7 +234,6 @@ class PassOutput:
 def _print_goodput(result: PassResult, as_json: bool) -> int:
     """`--goodput`: the chain's breakdown (exit 3 when the pass was blind, upstream's codes 1;
     else 0: a report judges nothing)."""
-    from nvrx.contract import write_document
     from nvrx.watch.output import goodput_lines, print_lines
     from nvrx.watch.watcher import pass_exit_code
 
@@ -249,7 +248,7 @@ def _print_goodput(result: PassResult, as_json: bool) -> int:
             "degraded": result.degraded,
             "goodput": good.to_json() if good else None,
         }
-        write_document(doc, code, indent=None)
+        write_document(doc, code)
     else:
         print_lines(goodput_lines(chain.label, good), sys.stdout, color=sys.stdout.isatty())
     return code
@@ -270,14 +269,12 @@ def fleet_watch(
     if not dirs and not jobs:
         # Nothing to watch is an answer, not bad input: a cron job of --mine must not fail
         # because the user has no chain running today.
-        from nvrx.contract import OK, write_document
-
         where = " ".join(request.targets) if request.targets else "Slurm (--mine)"
         message = f"no chain found in {where}"
         note(message)
         if request.as_json:
             doc = {"fleet": True, "state": "ok", "chains": [], "notes": [message]}
-            write_document(doc, OK, indent=None)
+            write_document(doc, OK)
         return OK
     fleet = build_fleet(
         dirs,
@@ -294,7 +291,6 @@ def fleet_watch(
     def one_pass() -> tuple[int, bool]:
         result = fleet.run_pass()
         if request.goodput:
-            from nvrx.contract import write_document
             from nvrx.watch.fleetview import fleet_goodput_report
             from nvrx.watch.watcher import pass_exit_code
 
@@ -302,12 +298,13 @@ def fleet_watch(
             blind = any(c.blind for c in result.chains)
             code = pass_exit_code(critical=False, blind=blind, codes=result.exit_codes)
             if request.as_json:
-                write_document(doc, code, indent=None)
+                write_document(doc, code)
             else:
                 print_lines(lines, sys.stdout, color=sys.stdout.isatty())
             return code, True
         out.show(
             fleet_json(result, settings),
+            result.exit_code,
             partial(fleet_lines, result, settings),
             result.all_sink_errors(),
         )
@@ -394,7 +391,9 @@ def watch(
         # A loop rewrites them every pass: where they went is said once.
         if _write_files(request, watcher, result, detectors, announce=not told):
             told.append(True)
-        out.show(pass_json(result), partial(pass_lines, result), result.sink_errors)
+        out.show(
+            pass_json(result), result.exit_code, partial(pass_lines, result), result.sink_errors
+        )
         return result.exit_code, False
 
     return out.every_interval(one_pass)
