@@ -367,6 +367,34 @@ def test_a_cycle_from_a_clock_far_ahead_is_skipped_not_current(tmp_path: Path) -
     assert any("in the future" in n for n in doc["notes"])
 
 
+def test_a_passs_notes_go_to_stderr_not_into_its_answer(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    now = datetime.now(UTC)
+    cycle_file(work, "972", 0, now - timedelta(minutes=10), None)
+    cycle_file(work, "973", 0, now + timedelta(days=1), None)
+    proc = nvrx_watch(
+        "--platform", "none", "--work-dir", str(work), "--state-dir", str(tmp_path / "state")
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "in the future" not in proc.stdout
+    (said,) = [line for line in proc.stderr.splitlines() if "in the future" in line]
+    assert said.startswith("nvrx: note: skipped ")
+
+
+def test_a_loop_says_each_note_once_and_every_failed_sink_each_pass(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from nvrx.config import WatchSettings
+    from nvrx.watch.passoutput import PassOutput
+
+    out = PassOutput(WatchSettings(), as_json=True)
+    for _ in range(3):
+        out.show({"state": "ok"}, 0, list, ["webhook: 500"], ["skipped a: in the future"])
+    err = capsys.readouterr().err.splitlines()
+    assert err.count("nvrx: note: skipped a: in the future") == 1
+    assert err.count("nvrx: warning: sink failed: webhook: 500") == 3
+
+
 def test_paths_with_markup_print_as_they_are(tmp_path: Path) -> None:
     work = tmp_path / "run[/x][red]"
     cycle_file(work, "980", 0, datetime.now(UTC) - timedelta(minutes=5), None)

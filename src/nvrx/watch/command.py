@@ -6,23 +6,21 @@ from __future__ import annotations
 import gc
 import socket
 import sys
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nvrx.config import ConfigSource
-from nvrx.contract import INTERRUPTED, OK, write_document
+from nvrx.contract import OK, write_document
 from nvrx.display import printable
-from nvrx.terminal import CommandError, note, warn
+from nvrx.terminal import CommandError, note
+from nvrx.watch.passoutput import PassOutput
 
 if TYPE_CHECKING:
     from nvrx.config import WatchSettings
     from nvrx.slurm import Slurm
-    from nvrx.watch.output import Line
     from nvrx.watch.watcher import ExitCodes, PassResult, Watcher
 
 TIMELINE_PAGE = "timeline.html"  # `--html` with no FILE: in the chain's state directory
@@ -167,70 +165,6 @@ def _write_files(
     return bool(wanted)
 
 
-class PassOutput:
-    """Where each pass goes: one JSON line (--json), the screen redrawn in place (a loop on a
-    terminal), or its lines printed (cron, pipes, a single pass)."""
-
-    def __init__(self, settings: WatchSettings, as_json: bool) -> None:
-        self.as_json = as_json
-        self.interval = settings.interval
-        self.live: Any = None
-        if self.interval is not None and sys.stdout.isatty() and not as_json:
-            from rich.live import Live
-
-            from nvrx.terminal import stdout
-
-            self.live = Live(console=stdout(), auto_refresh=False)
-            self.live.start()
-
-    def show(
-        self,
-        doc: Mapping[str, Any],
-        code: int,
-        lines: Callable[[], list[Line]],
-        sink_errors: list[str],
-    ) -> None:
-        """The pass (exiting `code`), then each sink that failed as a warning on stderr (above
-        the live screen, which rich keeps below what is written meanwhile)."""
-        from nvrx.watch.output import fit_screen, lines_renderable, print_lines
-
-        if self.as_json:
-            write_document(doc, code)
-        elif self.live is not None:
-            upcoming = datetime.now() + timedelta(seconds=self.interval or 0)
-            footer = f"next pass at {upcoming:%H:%M:%S} (every {self.interval} s)"
-            size = self.live.console.size
-            screen = fit_screen(lines(), size.height, size.width)
-            self.live.update(lines_renderable(screen, footer), refresh=True)
-        else:
-            print_lines(lines(), sys.stdout, color=sys.stdout.isatty())
-        for error in sink_errors:
-            warn(f"sink failed: {error}")
-
-    def close(self) -> None:
-        if self.live is not None:
-            self.live.stop()
-            self.live = None
-
-    def every_interval(self, one_pass: Callable[[], tuple[int, bool]]) -> int:
-        """`one_pass` once, or every `watch.interval` until it says it is done; the last pass's
-        exit code. Ctrl-C stops the loop as it stops any command: `nvrx: interrupted`, exit 130
-        (as `nvrx.cli.main` says it), whatever the last pass found."""
-
-        try:
-            while True:
-                code, done = one_pass()
-                if done or self.interval is None:
-                    return code
-                time.sleep(self.interval)
-        except KeyboardInterrupt:
-            self.close()  # the live screen first, so that the line comes below it
-            sys.stderr.write("nvrx: interrupted\n")
-            return INTERRUPTED
-        finally:
-            self.close()
-
-
 def _print_goodput(result: PassResult, as_json: bool) -> int:
     """`--goodput`: the chain's breakdown (exit 3 when the pass was blind, upstream's codes 1;
     else 0: a report judges nothing)."""
@@ -307,6 +241,7 @@ def fleet_watch(
             result.exit_code,
             partial(fleet_lines, result, settings),
             result.all_sink_errors(),
+            result.all_notes(),
         )
         return result.exit_code, False
 
@@ -392,7 +327,11 @@ def watch(
         if _write_files(request, watcher, result, detectors, announce=not told):
             told.append(True)
         out.show(
-            pass_json(result), result.exit_code, partial(pass_lines, result), result.sink_errors
+            pass_json(result),
+            result.exit_code,
+            partial(pass_lines, result),
+            result.sink_errors,
+            result.notes,
         )
         return result.exit_code, False
 

@@ -125,6 +125,13 @@ class FleetResult:
             *(f"{c.label}: {e}" for c in self.chains if c.result for e in c.result.sink_errors),
         ]
 
+    def all_notes(self) -> list[str]:
+        """Every note of this pass: the fleet's, then each chain's, by its label."""
+        return [
+            *self.notes,
+            *(f"{c.label}: {n}" for c in self.chains if c.result for n in c.result.notes),
+        ]
+
     @property
     def exit_code(self) -> int:
         """The worst chain's, as one pass's (`pass_exit_code`): under nvrx's codes one chain

@@ -185,5 +185,4 @@ def fleet_lines(fleet: FleetResult, settings: WatchSettings) -> list[Line]:
             )  # fmt: skip
         for action in c.result.actions if c.result else ():
             lines.append([(printable(f"{c.label}: {action}"), "bold")])
-    lines += [[(printable(f"note: {n}"), "dim")] for n in fleet.notes]
-    return lines
+    return lines  # notes go to stderr (PassOutput.show), not into the answer

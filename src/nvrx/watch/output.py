@@ -253,9 +253,7 @@ def pass_lines(result: PassResult) -> list[Line]:
                 say(f"           {extra}", "dim")
     for action in result.actions:
         say(action, "bold")
-    for note in result.notes:
-        say(f"note: {note}", "dim")
-    return lines
+    return lines  # the pass's notes go to stderr (PassOutput.show), not into the answer
 
 
 def pass_renderable(result: PassResult, footer: str = "") -> Any:
