@@ -426,7 +426,7 @@ def test_a_pass_that_finds_the_state_locked_only_observes(tmp_path: Path, hook: 
     assert any("another watch pass holds" in n for n in doc["notes"])
 
 
-def test_a_pass_that_breaks_is_one_line_and_exit_1_not_a_traceback(tmp_path: Path) -> None:
+def test_a_pass_that_breaks_is_one_error_line_and_exit_3_not_a_traceback(tmp_path: Path) -> None:
     work = tmp_path / "w"
     healthy_run(work)
     state = tmp_path / "state-is-a-file"
@@ -434,10 +434,10 @@ def test_a_pass_that_breaks_is_one_line_and_exit_1_not_a_traceback(tmp_path: Pat
     code, doc, err = watch(work, state)
     assert code == 3 and doc["degraded"] is True
     assert "pass failed" in doc["error"]
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert err.splitlines() == [f"nvrx: error: {doc['error']}"]
 
 
-def test_a_job_id_slurm_cannot_resolve_is_blind_exit_1(tmp_path: Path) -> None:
+def test_a_job_id_slurm_cannot_resolve_is_blind_exit_3(tmp_path: Path) -> None:
     # Stand-in Slurm commands that answer like a controller that is down.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -453,6 +453,7 @@ def test_a_job_id_slurm_cannot_resolve_is_blind_exit_1(tmp_path: Path) -> None:
     assert proc.returncode == 3, proc.stderr
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
     assert doc["degraded"] is True and "cannot resolve job 4242" in doc["error"]
+    assert proc.stderr.splitlines()[-1] == f"nvrx: error: {doc['error']}"
     assert "Traceback" not in proc.stderr
 
 

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING
 
 from nvrx.config import ConfigSource
 from nvrx.contract import OK, write_document
-from nvrx.display import printable
-from nvrx.terminal import CommandError, note
+from nvrx.terminal import CommandError, error_line, note
 from nvrx.watch.passoutput import PassOutput
 
 if TYPE_CHECKING:
@@ -128,9 +127,9 @@ def _blind(message: str, as_json: bool, codes: ExitCodes) -> int:
     from nvrx.watch.watcher import pass_exit_code
 
     code = pass_exit_code(critical=False, blind=True, codes=codes)
-    sys.stderr.write(f"nvrx: watch: {printable(message)}\n")
     if as_json:
         write_document({"state": "blind", "degraded": True, "error": message}, code)
+    error_line(message)  # after the answer, as every failure a command reports beside it
     return code
 
 
