@@ -334,7 +334,9 @@ def test_a_permanent_failure_keeps_the_manifest_true_and_extend_finishes_the_cha
     proc = nvrx("-K", "3", *NO_FAULTS, "--", "--hold", work=work, path_prefix=bin_dir)
     assert proc.returncode == 1
     assert "generation 1 was not submitted" in proc.stderr
-    assert f"finish the chain with: nvrx submit-chain --extend --work-dir {work}" in proc.stderr
+    assert f"nvrx: note: finish the chain with: nvrx submit-chain --extend --work-dir {work}" in (
+        proc.stderr
+    )
     manifest = read_manifest(work / "chain.json")
     assert len(manifest.job_ids) == 1
     assert {

@@ -50,4 +50,7 @@ def print_report(report: ChainReport, out: Console, err: Console) -> None:
     if report.error:
         err.print(f"nvrx: error: {report.error}", markup=False)
         if report.finish_command:
-            err.print(f"finish the chain with: {shlex.join(report.finish_command)}", markup=False)
+            err.print(
+                f"nvrx: note: finish the chain with: {shlex.join(report.finish_command)}",
+                markup=False,
+            )
