@@ -116,7 +116,7 @@ def test_the_summary_table_has_a_row_per_chain(tmp_path: Path) -> None:
 
 def test_each_fleet_row_says_its_drained_nodes_and_poller_and_the_fleet_its_drains() -> None:
     from nvrx.watch.fleet import ChainPass, FleetResult
-    from nvrx.watch.fleetview import fleet_lines
+    from nvrx.watch.fleetview import fleet_json, fleet_lines
     from nvrx.watch.model import ChainRef
     from nvrx.watch.watcher import PassResult
     from tests.test_watch_detectors import NOW, drained, drained_platform, snap
@@ -133,9 +133,13 @@ def test_each_fleet_row_says_its_drained_nodes_and_poller_and_the_fleet_its_drai
     assert (rows["a"]["drained"], rows["a"]["poller"]) == ("n3(1/3)", "on")
     assert (rows["b"]["drained"], rows["b"]["poller"]) == ("0/3", "?")
     assert (
-        "drains: 1 of the 3 node(s) the chains hold drained (sinfo); in-job drain poller on in "
-        "1 of 2 chain(s) (1 unknown); watch.drain_suspects off"
+        "drains: 1 of the 3 nodes the chains hold drained (sinfo); in-job drain poller on in "
+        "1 of 2 chains (1 unknown); watch.drain_suspects off"
     ) in lines
+    assert fleet_json(fleet, WatchSettings())["drains"] == {
+        "sinfo": "ok", "chain_nodes": 3, "drained": 1, "chains": 2, "pollers_on": 1,
+        "pollers_unknown": 1, "drain_suspects": False, "acting": False,
+    }  # fmt: skip
 
 
 def test_a_node_failing_in_two_chains_is_one_fleet_finding(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from nvrx.display import counted
 from nvrx.watch.detectors.common import age_seconds, ago
 
 if TYPE_CHECKING:
@@ -71,33 +72,59 @@ def drain_line(result: PassResult) -> tuple[str, str]:
     return f"drains: {seen}; {poller}; {suspects}", style
 
 
-def fleet_drain_line(fleet: FleetResult, settings: WatchSettings) -> str:
-    """The fleet's `drains:` line: what sinfo said of the nodes the chains' running tasks hold
-    (one sinfo for the fleet), how many chains run the in-job drain poller, and whether this
-    watcher may drain a suspect node."""
+def fleet_drain_status(fleet: FleetResult, settings: WatchSettings) -> dict[str, Any]:
+    """What the fleet's pass knows of drains (the fleet's `drains` in --json): whether sinfo
+    answered for every chain, the nodes the chains' running tasks hold and how many of them
+    are drained (None: not known for some chain), how many chains run the in-job drain
+    poller (and how many are unknown), and whether this watcher may drain a suspect."""
     seen = [c.result for c in fleet.chains if c.result is not None]
     platforms = [p for r in seen if (p := r.snapshot.platform) is not None]
+    nodes: int | None = None
+    drained: int | None = None
     if not platforms:
-        sinfo = "not asked (--platform none)"
+        sinfo = "not asked"
     elif any(p.drained is None or not p.queue_ok for p in platforms):
-        sinfo = "UNKNOWN for some chains (squeue or sinfo failed)"
+        sinfo = "failed"
     else:
-        nodes = set().union(*(p.chain_nodes() for p in platforms))
-        drained = {d.name for p in platforms for _, _, d in p.drained_in_use()}
-        sinfo = f"{len(drained)} of the {len(nodes)} node(s) the chains hold drained (sinfo)"
+        sinfo = "ok"
+        nodes = len(set().union(*(p.chain_nodes() for p in platforms)))
+        drained = len({d.name for p in platforms for _, _, d in p.drained_in_use()})
     pollers = [r.snapshot.chain.drain_poller for r in seen]
-    unknown = pollers.count("unknown")
-    poller = f"in-job drain poller on in {pollers.count('on')} of {len(fleet.chains)} chain(s)"
-    if unknown == len(fleet.chains):
+    return {
+        "sinfo": sinfo,
+        "chain_nodes": nodes,
+        "drained": drained,
+        "chains": len(fleet.chains),
+        "pollers_on": pollers.count("on"),
+        "pollers_unknown": pollers.count("unknown") + len(fleet.chains) - len(seen),
+        "drain_suspects": settings.drain_suspects,
+        "acting": any(r.acting for r in seen),
+    }
+
+
+def fleet_drain_line(fleet: FleetResult, settings: WatchSettings) -> str:
+    """The fleet's `drains:` line, from `fleet_drain_status`: what sinfo said of the nodes the
+    chains' running tasks hold (one sinfo for the fleet), how many chains run the in-job drain
+    poller, and whether this watcher may drain a suspect node."""
+    status = fleet_drain_status(fleet, settings)
+    sinfo = {
+        "not asked": "not asked (--platform none)",
+        "failed": "UNKNOWN for some chains (squeue or sinfo failed)",
+    }.get(status["sinfo"]) or (
+        f"{status['drained']} of the {counted(status['chain_nodes'], 'node')} the chains hold "
+        "drained (sinfo)"
+    )
+    chains, unknown = status["chains"], status["pollers_unknown"]
+    poller = f"in-job drain poller on in {status['pollers_on']} of {counted(chains, 'chain')}"
+    if unknown == chains:
         poller = "in-job drain poller unknown (no chain manifest says)"
     elif unknown:
         poller += f" ({unknown} unknown)"
-    acting = any(r.acting for r in seen)
     suspects = (
         "watch.drain_suspects off"
-        if not settings.drain_suspects
+        if not status["drain_suspects"]
         else "watch.drain_suspects on (--act drains a suspect node)"
-        if acting
+        if status["acting"]
         else "watch.drain_suspects on, observe-only (no --act)"
     )
     return f"drains: {sinfo}; {poller}; {suspects}"

@@ -9,7 +9,7 @@ from nvrx.config import WatchSettings
 from nvrx.display import printable
 from nvrx.slurm.hostlist import compress
 from nvrx.watch.detectors.common import age_seconds, ago
-from nvrx.watch.drains import fleet_drain_line
+from nvrx.watch.drains import fleet_drain_line, fleet_drain_status
 from nvrx.watch.fleet import ChainPass, FleetResult
 from nvrx.watch.goodput import Goodput, fleet_goodput
 from nvrx.watch.model import Snapshot
@@ -71,6 +71,7 @@ def fleet_json(fleet: FleetResult, settings: WatchSettings) -> dict[str, Any]:
         "slurm_commands": fleet.slurm_commands,
         "chains": chains,
         "fleet_findings": [f.to_json() for f in fleet.findings],
+        "drains": fleet_drain_status(fleet, settings),
         "goodput": _fleet_goodput(fleet).to_json(),
         "sink_errors": fleet.sink_errors,
         "notes": fleet.notes,
