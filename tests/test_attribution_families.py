@@ -291,7 +291,7 @@ def test_the_explanation_cites_the_cause_and_the_consequences_it_set_aside() -> 
     result = attribute_log("\n".join([*fanout, *REPORT.splitlines()]) + "\n")
     root_line = 2 + REPORT.splitlines().index("  exitcode  : 1 (pid: 78970)") + 1
     assert result.explanation.startswith(f"WORKLOAD_EXC on rank 4 at line {root_line}:")
-    assert "the launcher's SIGTERM to 2 worker(s) (lines 1, 2)" in result.explanation
+    assert "the launcher's SIGTERM to 2 workers (lines 1, 2)" in result.explanation
     assert "the failures of rank 5 that the report lists before its root cause (lines 12, 14)" in (
         result.explanation
     )

@@ -49,7 +49,7 @@ def test_fault_types_are_the_12_and_case_insensitive() -> None:
     [
         ("GPU_NAP:1:5:2", "unknown fault type 'GPU_NAP'"),
         ("GPU_SLEEP:8:5:2", "rank 8 is outside [0, 8) (2 nodes × 4 GPUs per node)"),
-        ("GPU_SLEEP:1:5:1", "1 node(s) is below workload llama4_scout's minimum of 2"),
+        ("GPU_SLEEP:1:5:1", "1 node is below workload llama4_scout's minimum of 2"),
         ("GPU_SLEEP:1:-5:2", "iteration -5 is negative"),
         ("GPU_SLEEP:-1:5:2", "rank -1 is negative"),
         ("GPU_SLEEP:1:5:0", "nodes 0 must be at least 1"),

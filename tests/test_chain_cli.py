@@ -79,6 +79,24 @@ def test_dry_run_prints_every_generation_and_writes_nothing(shared_dir: Path) ->
     assert not work.exists()
 
 
+def test_the_dry_run_summary_counts_in_the_right_number(shared_dir: Path) -> None:
+    """`1 generation`, `2 generations`: every count of the summary agrees with its noun."""
+    base = ["submit-chain", "--dry-run", "--work-dir", str(shared_dir / "w"), *REHEARSAL]
+    one = nvrx(*base, "-K", "1", "--train-tasks", "2", "--hot-spares", "1", "--cold-spares",
+               "1", "--nodes-per-task", "1", cwd=shared_dir)  # fmt: skip
+    assert one.returncode == 0, one.stderr
+    assert ": 1 generation of " in one.stdout
+    assert "(2 train + 1 hot spare running, 1 cold spare pending; 1 node per task)" in one.stdout
+    assert "Drain poller: on (auto: 2 spare tasks can take a drained task's place" in one.stdout
+    many = nvrx(*base, "-K", "2", "--train-tasks", "1", "--hot-spares", "0", "--cold-spares",
+                "1", "--nodes-per-task", "2", cwd=shared_dir)  # fmt: skip
+    assert many.returncode == 0, many.stderr
+    assert ": 2 generations of " in many.stdout
+    assert "(1 train + 0 hot spares running, 1 cold spare pending; 2 nodes per task)" in many.stdout
+    assert "Drain poller: on (auto: 1 spare task can take a drained task's place" in many.stdout
+    assert "(s)" not in one.stdout + many.stdout
+
+
 def test_dry_run_json(shared_dir: Path) -> None:
     proc = nvrx(
         "submit-chain",
@@ -470,7 +488,7 @@ def test_the_summary_and_manifest_say_whether_the_drain_poller_runs(shared_dir: 
     base = ["submit-chain", "--dry-run", "--work-dir", str(shared_dir / "w"), *REHEARSAL]
     spares = nvrx(*base, cwd=shared_dir)
     assert (
-        "Drain poller: on (auto: 4 spare task(s) can take a drained task's place, sinfo every "
+        "Drain poller: on (auto: 4 spare tasks can take a drained task's place, sinfo every "
         "300 s)" in spares.stdout
     )
     alone = nvrx(*base, "--hot-spares", "0", "--cold-spares", "0", "--json", cwd=shared_dir)

@@ -180,7 +180,7 @@ def test_the_fault_warning_names_each_fault_and_its_source() -> None:
     line = fault_warning(settings(fault_inject=True, inject_gpu_failure="1:0"))
     assert line is not None and "\n" not in line
     assert line.startswith("WARNING: this chain injects faults into itself: ")
-    assert "a workload fault, async_exc on rank(s) 2 60 s into the cycle" in line
+    assert "a workload fault, async_exc on rank 2 60 s into the cycle" in line
     assert "(chain.fault_inject, file site.yaml)" in line
     assert "GPU failures at cycle:rank 1:0 (chain.inject_gpu_failure, file site.yaml)" in line
     demo = fault_warning(settings(no_restart_demo=True))

@@ -340,12 +340,17 @@ def test_a_task_holding_a_drained_node_loses_its_admit_token_and_clean_tasks_kee
     assert not poller.admitted(502)
     assert poller.marker(0) == {"job_id": "501", "nodes": "n1", "drained": ""}
     assert poller.admitted(501) and poller.admitted(503)
-    assert "task 1 (job 502) holds drained node(s) n4" in done.stdout
+    assert "task 1 (job 502) holds drained node n4" in done.stdout
     # One sinfo and one squeue for the whole array, whatever the number of tasks.
     calls = (poller.dir / "calls.log").read_text().splitlines()
     assert [c.split()[0] for c in calls if not c.startswith("scontrol")] == ["sinfo", "squeue"]
     assert "sinfo -h -N -a -t drain -o %N" in calls
     assert "squeue -h -r -j 500 -t R -o %K|%A|%N" in calls
+    # Its other node drains too: the job log names both, in the plural.
+    poller.tasks("0|501|n1\n1|502|n3,n4\n2|503|n5\n", drained="n3\nn4\n")
+    both = poller.run_pass()
+    assert poller.marker(1)["drained"] == "n3,n4"
+    assert "task 1 (job 502) holds drained nodes n3,n4" in both.stdout
 
 
 @pytest.mark.parametrize("query", ["sinfo", "squeue"])

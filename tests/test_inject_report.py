@@ -275,7 +275,7 @@ def test_rerun_failing_plans_a_session_of_the_failing_experiments(tmp_path: Path
     lines = proc.stdout.splitlines()
     assert len(lines) == 2
     assert "FAULT_TYPE=GPU_SLEEP" in lines[0] and "FAULT_TYPE=SIGKILL" in lines[1]
-    assert "nvrx: note: re-running 2 failing experiment(s)" in proc.stderr
+    assert "nvrx: note: re-running 2 failing experiments" in proc.stderr
 
 
 def nvrx(*args: str) -> subprocess.CompletedProcess[str]:
@@ -341,7 +341,7 @@ def test_reanalyze_with_a_judge_that_cannot_answer_exits_3(tmp_path: Path) -> No
         "--set", "score.max_retries=0", "--set", f"score.cache_dir={tmp_path / 'cache'}",
     )  # fmt: skip
     assert proc.returncode == 3, proc.stderr
-    assert "nvrx: warning: 4 experiment(s) unscored after re-analysis" in proc.stderr
+    assert "nvrx: warning: 4 experiments unscored after re-analysis" in proc.stderr
     assert "nothing answers at http://127.0.0.1:9/v1: connection refused" in proc.stdout
 
 

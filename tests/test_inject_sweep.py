@@ -66,7 +66,7 @@ def test_next_prints_a_pool_that_inject_loop_takes(tmp_path: Path) -> None:
     proc = nvrx("inject-loop", "--next", str(s.dir))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "SIGKILL:0:5:2\n"
-    assert proc.stderr.startswith("nvrx: note: iteration 2: the 1 failing cell(s)")
+    assert proc.stderr.startswith("nvrx: note: iteration 2: the 1 failing cell")
     as_json = nvrx("inject-loop", "--next", str(s.dir), "--json")
     assert as_json.returncode == 0, as_json.stderr
     doc = json.loads(as_json.stdout)

@@ -255,7 +255,7 @@ def test_the_driver_counts_its_own_pending_jobs_out_of_the_idle_nodes(tmp_path: 
     picks = campaign._choose(spec, state, 1)
     assert picks == [Submit(2, ahead_of=1)]
     assert notes.notes == [
-        "SIGKILL:0:5:2 goes ahead of SIGKILL:0:5:8, which needs 8 node(s) (4 idle)"
+        "SIGKILL:0:5:2 goes ahead of SIGKILL:0:5:8, which needs 8 nodes (4 idle)"
     ]
 
 

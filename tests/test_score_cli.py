@@ -129,7 +129,7 @@ def test_an_experiment_without_analysis_is_unscored_and_exits_3(tmp_path: Path) 
     proc = nvrx(str(s.dir), "--min", "all=0", cwd=tmp_path)
     assert proc.returncode == 3
     assert "log_attribution.txt is missing" in proc.stdout
-    assert "1 case(s) unscored" in proc.stdout
+    assert "1 case unscored" in proc.stdout
 
 
 def test_one_experiment_dir_scores_that_experiment(tmp_path: Path, session: Session) -> None:
@@ -296,7 +296,7 @@ def test_llm_judge_scores_a_session_and_the_key_never_leaks(
     assert all(s.headers["Authorization"] == f"Bearer {KEY}" for s in server.seen)
     # The re-run is answered from the cache: no further request.
     assert again.returncode == 0 and len(server.seen) == 2
-    assert "2 cache hit(s)" in again.stdout
+    assert "2 cache hits" in again.stdout
     written = [junit.read_text(), md.read_text()] + [
         p.read_text() for p in (tmp_path / "judge-cache").rglob("*") if p.is_file()
     ]
@@ -319,7 +319,7 @@ def test_a_judge_that_cannot_answer_is_unscored_never_a_default(
     for c in doc["cases"]:
         v = c["verdict"]
         assert v["status"] == "unscored"
-        assert v["reason"] == "HTTP 500; gave up after 2 attempt(s)"
+        assert v["reason"] == "HTTP 500; gave up after 2 attempts"
         assert "restart_correct" not in v
     assert len(server.seen) == 2 * 2  # overloaded, not unreachable: every experiment retried
     assert "unreachable" not in proc.stderr
@@ -349,16 +349,16 @@ def test_a_judge_nothing_listens_at_is_said_once_not_once_per_experiment(tmp_pat
     (line,) = proc.stderr.splitlines()
     assert line.startswith(
         f"nvrx: error: judge llm:m unreachable: nothing answers at http://127.0.0.1:{port}/v1: "
-        "connection refused (3 attempt(s) in "
+        "connection refused (3 attempts in "
     )
     assert line.endswith(" s); 8 experiments left unscored")
     # The answer keeps its row per experiment; why they are unscored is not repeated below it.
     out = proc.stdout.splitlines()
     assert sum(row.endswith("judge unreachable") for row in out) == 8
     assert [row for row in out if row.startswith("unscored ")] == []
-    assert "8 case(s) unscored: no verdict" in out
+    assert "8 cases unscored: no verdict" in out
     # The first experiment's attempts (max_retries + 1), then no request for the other seven.
-    assert "judge calls: 3 request(s), 0 prompt + 0 completion tokens, 0 cache hit(s)" in out
+    assert "judge calls: 3 requests, 0 prompt + 0 completion tokens, 0 cache hits" in out
 
 
 def test_a_judge_nothing_listens_at_under_json_leaves_every_experiment_unscored_with_why(
@@ -435,7 +435,7 @@ def test_a_vote_with_a_judge_that_failed_is_unscored(tmp_path: Path, session: Se
         )  # fmt: skip
     assert proc.returncode == 3
     assert (
-        "1 of 2 judge(s) could not score it (llm:m: authentication failed (HTTP 401)" in proc.stdout
+        "1 of 2 judges could not score it (llm:m: authentication failed (HTTP 401)" in proc.stdout
     )
 
 

@@ -158,7 +158,7 @@ def test_retries_stop_at_max_retries_and_the_case_is_unscored() -> None:
     with FakeOpenAI(default=Reply(status=502)) as server:
         [v] = run(judge_for(server, retry=RetryPolicy(max_retries=2, deadline=60)), [case()])
     assert v.status == "unscored"
-    assert v.reason == "HTTP 502; gave up after 3 attempt(s)"
+    assert v.reason == "HTTP 502; gave up after 3 attempts"
     assert v.restart_correct is None and v.notes is None  # never a default score
     assert len(server.seen) == 3
 
@@ -191,7 +191,7 @@ def test_a_timeout_is_retried_then_reported() -> None:
             [case()],
         )
     assert v.status == "unscored"
-    assert v.reason == "no answer within 0.6 s; gave up after 2 attempt(s)"
+    assert v.reason == "no answer within 0.6 s; gave up after 2 attempts"
 
 
 def test_a_retry_after_a_timeout_waits_longer_so_a_busy_server_can_answer() -> None:
@@ -237,16 +237,16 @@ def dead_judge(
 
 
 @pytest.mark.parametrize(
-    ("retry", "delays"),
+    ("retry", "delays", "attempts_said"),
     [
         # 3 s from the first refusal: the last backoff is cut to land there.
-        (RetryPolicy(max_retries=6, initial_backoff=0.75), [0.75, 1.5, 0.75]),
-        (RetryPolicy(max_retries=1), [1.0]),  # the retries run out first
-        (RetryPolicy(max_retries=0), []),
+        (RetryPolicy(max_retries=6, initial_backoff=0.75), [0.75, 1.5, 0.75], "4 attempts"),
+        (RetryPolicy(max_retries=1), [1.0], "2 attempts"),  # the retries run out first
+        (RetryPolicy(max_retries=0), [], "1 attempt"),
     ],
 )
 def test_a_judge_nothing_listens_at_is_tried_for_one_case_then_given_up_for_all(
-    retry: RetryPolicy, delays: list[float]
+    retry: RetryPolicy, delays: list[float], attempts_said: str
 ) -> None:
     url = f"http://127.0.0.1:{closed_port()}/v1"
     clock, transport = Clock(), CountingTransport()
@@ -256,8 +256,7 @@ def test_a_judge_nothing_listens_at_is_tried_for_one_case_then_given_up_for_all(
     assert transport.requests == attempts  # the first case's attempts, then none
     assert clock.delays == delays
     reason = (
-        f"nothing answers at {url}: connection refused "
-        f"({attempts} attempt(s) in {sum(delays):.1f} s)"
+        f"nothing answers at {url}: connection refused ({attempts_said} in {sum(delays):.1f} s)"
     )
     assert [(v.status, v.reason) for v in verdicts] == [("unscored", reason)] * 8
     assert judge.unreachable == Unreachable(reason, 8)
@@ -283,7 +282,7 @@ def test_a_judge_that_accepts_no_connection_is_unreachable_too() -> None:
         url = f"http://127.0.0.1:{dead.port}/v1"
         judge = dead_judge(url, clock, transport, RetryPolicy(max_retries=6), connect_timeout=0.2)
         verdicts = run(judge, [case(n) for n in range(3)])
-    reason = f"nothing answers at {url}: no connection within 0.2 s (3 attempt(s) in 3.0 s)"
+    reason = f"nothing answers at {url}: no connection within 0.2 s (3 attempts in 3.0 s)"
     assert [v.reason for v in verdicts] == [reason] * 3
     assert transport.requests == 3
     assert judge.unreachable == Unreachable(reason, 3)
@@ -295,7 +294,7 @@ def test_an_overloaded_judge_is_retried_case_by_case_and_never_given_up_for_the_
         judge = judge_for(server, retry=retry, concurrency=1)
         verdicts = run(judge, [case(n) for n in range(3)])
     assert len(server.seen) == 3 * 3  # every case its own attempts
-    assert [v.reason for v in verdicts] == ["HTTP 503; gave up after 3 attempt(s)"] * 3
+    assert [v.reason for v in verdicts] == ["HTTP 503; gave up after 3 attempts"] * 3
     assert judge.unreachable is None
 
 
@@ -305,7 +304,7 @@ def test_a_judge_that_answered_and_then_refuses_is_restarting_and_retried_case_b
         [first] = run(judge, [case(0)])
     later = run(judge, [case(1), case(2)])  # the server is gone: its port refuses now
     assert first.status == "scored"
-    gave_up = f"cannot reach {server.base_url}: connection refused; gave up after 3 attempt(s)"
+    gave_up = f"cannot reach {server.base_url}: connection refused; gave up after 3 attempts"
     assert [v.reason for v in later] == [gave_up] * 2
     assert judge.unreachable is None
 

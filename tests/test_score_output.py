@@ -58,7 +58,7 @@ def test_a_longer_table_lists_the_cases_that_do_not_pass_and_says_where_the_rest
     assert listed == [10, 77, 4000]
     row = next(line for line in text.splitlines() if "case04000" in line)
     assert row.split()[0] == "4001"  # numbered by its place among all the cases
-    assert "listed 3 of 5000 case(s)" in text and EVERY_CASE_SCORE in text
+    assert "listed 3 of 5000 cases" in text and EVERY_CASE_SCORE in text
 
 
 def test_never_more_rows_than_a_table_holds_and_every_further_line_is_counted() -> None:
@@ -69,7 +69,7 @@ def test_never_more_rows_than_a_table_holds_and_every_further_line_is_counted() 
     assert len(table_rows) == TABLE_ROWS
     unscored_lines = [line for line in lines if line.startswith("unscored s/")]
     assert len(unscored_lines) == TABLE_ROWS
-    assert f"... and {153 - TABLE_ROWS} more unscored case(s)" in text
+    assert f"... and {153 - TABLE_ROWS} more unscored cases" in text
 
 
 def test_the_page_names_the_session_once_and_each_row_by_its_experiment() -> None:

@@ -451,7 +451,7 @@ def test_a_running_task_on_a_drained_node_is_a_warning_with_how_long_and_why() -
     (f,) = detectors.drained_node_in_use(snap(platform=drained_platform()), DEFAULT)
     assert (f.severity, f.key) == (Severity.WARNING, "nvrx-drained-node-100")
     assert f.summary == (
-        "generation 100 runs on 1 drained node(s): n3 (task 1, draining for 10.0 min: 'xid 79')"
+        "generation 100 runs on 1 drained node: n3 (task 1, draining for 10.0 min: 'xid 79')"
     )
     assert f.evidence["nodes"][0]["seconds_drained"] == 600.0
     assert f.command == ()  # it says so; the drain poller, not the watcher, moves the task
@@ -813,7 +813,7 @@ def test_generations_added_by_extend_after_the_verdict_are_not_a_cancel_that_fai
         manifest_submitted=(("200", ago(7200)), ("201", ago(7200)), ("202", ago(60))),
     )
     (found,) = detectors.chain_not_cancelled(snap(platform=platform, chain=chain), DEFAULT)
-    assert "generation(s) 201 are still" in found.summary
+    assert "but generation 201 is still" in found.summary
     extended_only = queue(gen("202", t0=P), endings=(ending("200", no_restart=True),))
     assert detectors.chain_not_cancelled(snap(platform=extended_only, chain=chain), DEFAULT) == []
 

@@ -105,7 +105,7 @@ def test_the_summary_table_has_a_row_per_chain(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 1  # the stalled chain is critical
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("nvrx watch: 2 chain(s)")
+    assert lines[0].startswith("nvrx watch: 2 chains")
     assert lines[0].endswith("  CRITICAL")  # the worst chain's state, not an exit code
     assert lines[1].split()[:4] == ["chain", "state", "generation", "checkpoint"]
     rows = {line.split()[0].rsplit("/", 1)[-1]: line.split() for line in lines[2:4]}

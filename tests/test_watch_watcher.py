@@ -217,7 +217,7 @@ def test_dry_run_writes_nothing_and_alerts_nobody(tmp_path: Path, hook: str) -> 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--disable", "no_such_detector"], "unknown detector(s) in disable: no_such_detector"),
+        (["--disable", "no_such_detector"], "unknown detector in disable: no_such_detector"),
         (["--set", "watch.storm_cycles=0"], "watch.storm_cycles: '0'"),
     ],
 )
@@ -325,9 +325,7 @@ def test_cycle_files_that_none_can_be_read_are_a_blind_pass_not_a_clean_one(
     assert code == 3 and doc["degraded"] is True, doc
     assert [f["key"].rsplit("-", 1)[0] for f in doc["findings"]] == ["nvrx-watch-blind-cycles"]
     finding = doc["findings"][0]
-    assert (
-        "none of the 1 cycle-info file(s) could be used" in finding["summary"] + finding["detail"]
-    )
+    assert "the only cycle-info file could not be used" in finding["summary"] + finding["detail"]
     assert Beat.hits == []
     # One readable cycle among them and the watcher sees again.
     cycle_file(work, "901", 1, datetime.now(UTC) - timedelta(minutes=5), None)
@@ -678,10 +676,35 @@ def test_the_live_view_cuts_what_does_not_fit_the_terminal_and_says_so() -> None
     # and the footer's row is left free: 7 lines of the 10 rows.
     assert fitted[:kept] == screen[:kept] and kept == 7
     notice = fitted[-1][0][0]
-    assert f"{len(screen) - kept} more line(s) do not fit this terminal (10 rows)" in notice
+    assert f"{len(screen) - kept} more lines do not fit this terminal (10 rows)" in notice
     assert "--json" in notice
     wide = [[("x" * 200, "")]] * 3  # a line longer than the width takes several rows
     assert len(fit_screen(wide, rows=8, width=80)) == 2
+
+
+def test_the_cycle_line_counts_the_generations_restarts_in_the_right_number(
+    tmp_path: Path,
+) -> None:
+    """A generation's first cycle has `0 restarts` behind it, its second `1 restart`: the
+    count and its noun agree, as everywhere nvrx counts."""
+    now = datetime.now(UTC)
+
+    def cycle_line(work: Path) -> str:
+        proc = nvrx_watch(
+            "--platform", "none", "--work-dir", str(work), "--state-dir", str(work / "state")
+        )  # fmt: skip
+        (line,) = [row for row in proc.stdout.splitlines() if row.startswith("cycle: ")]
+        return line
+
+    first = tmp_path / "first"
+    cycle_file(first, "990", 0, now - timedelta(minutes=5), None)
+    assert cycle_line(first).startswith("cycle: 990.0.0 (cycle 0, 0 restarts in this generation)")
+    restarted = tmp_path / "restarted"
+    cycle_file(restarted, "991", 0, now - timedelta(hours=2), now - timedelta(hours=1))
+    cycle_file(restarted, "991", 1, now - timedelta(minutes=50), None)
+    assert cycle_line(restarted).startswith(
+        "cycle: 991.0.1 (cycle 1, 1 restart in this generation)"
+    )
 
 
 # --- drains: every pass says what it knows of them ---------------------------------------------
@@ -707,7 +730,7 @@ def test_every_pass_says_the_chains_drain_state() -> None:
     quiet = snap(platform=drained_platform(drained("n7")), chain=chain)
     line, doc = drains(PassResult(quiet, [], False))
     assert line == (
-        "drains: none of the chain's 3 node(s) drained (sinfo); in-job drain poller on; "
+        "drains: none of the chain's 3 nodes drained (sinfo); in-job drain poller on; "
         "watch.drain_suspects off"
     )
     assert doc == {"poller": "on", "sinfo": "ok", "chain_nodes": 3, "drained": 0,
@@ -715,7 +738,7 @@ def test_every_pass_says_the_chains_drain_state() -> None:
     # One drained: which, where, since when; watch.drain_suspects on, with and without --act.
     held = snap(platform=drained_platform(), chain=chain)
     line, doc = drains(PassResult(held, [], False, drain_suspects=True, acting=True))
-    assert line.startswith("drains: 1 of the chain's 3 node(s) drained: n3 (generation 100 task")
+    assert line.startswith("drains: 1 of the chain's 3 nodes drained: n3 (generation 100 task")
     assert line.endswith("; in-job drain poller on; watch.drain_suspects on (--act drains a "
                          "suspect node)")  # fmt: skip
     assert (doc["drained"], doc["drain_suspects"], doc["acting"]) == (1, True, True)
@@ -759,7 +782,7 @@ def test_the_drain_poller_is_read_from_the_manifest_or_derived_from_its_settings
     m = manifest(tmp_path)
     m.shape = {
         **spares,
-        "drain_poller": "on (auto: 1 spare task(s) can take a drained task's place)",
+        "drain_poller": "on (auto: 1 spare task can take a drained task's place)",
     }
     write_manifest(m, manifest_path(tmp_path))
     _, doc, _ = watch(tmp_path, tmp_path / "state")

@@ -40,6 +40,7 @@ from typing import Protocol, TypeVar
 
 from ahocorasick_rs import AhoCorasick, Implementation
 
+from nvrx.display import counted
 from nvrx.limits import as_rank
 
 K = TypeVar("K")
@@ -878,7 +879,7 @@ class Scan:
         out = []
         if self.fanout:
             out.append(
-                f"the launcher's SIGTERM to {self.fanout} worker(s) "
+                f"the launcher's SIGTERM to {counted(self.fanout, 'worker')} "
                 f"({lines_text(self.fanout_lines, self.fanout)})"
             )
         if self.listed_count:

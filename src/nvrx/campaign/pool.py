@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from nvrx.campaign.errors import PoolError
+from nvrx.display import counted
 
 
 class FaultType(enum.StrEnum):
@@ -108,8 +109,8 @@ def check_experiment(e: Experiment, *, gpus_per_node: int, min_nodes: int, workl
     total = e.nodes * gpus_per_node
     if e.nodes < min_nodes:
         raise PoolError(
-            f"pool entry {e.entry}: {e.nodes} node(s) is below workload {workload}'s minimum of "
-            f"{min_nodes}"
+            f"pool entry {e.entry}: {counted(e.nodes, 'node')} is below workload {workload}'s "
+            f"minimum of {min_nodes}"
         )
     if e.rank >= total:
         raise PoolError(

@@ -32,6 +32,7 @@ from typing import Any
 
 from nvrx.campaign.errors import FORCE_HINT, JournalError, PoolError, SessionError
 from nvrx.campaign.pool import Experiment, FaultType
+from nvrx.display import counted
 from nvrx.files import InputError, open_append, read_bounded
 
 TSV_NAME = "experiments.tsv"
@@ -270,12 +271,14 @@ class SessionState:
             lines = ", ".join(str(n) for n in self.skipped_lines[:10])
             more = ", ..." if len(self.skipped_lines) > 10 else ""
             orphaned = (
-                f", and {self.orphaned_events} event(s) about the experiment(s) they planned"
+                f", and {counted(self.orphaned_events, 'event')} about the "
+                + ("experiment it" if len(self.skipped_lines) == 1 else "experiments they")
+                + " planned"
                 if self.orphaned_events
                 else ""
             )
             out.append(
-                f"skipped {len(self.skipped_lines)} damaged line(s) of {journal} "
+                f"skipped {counted(len(self.skipped_lines), 'damaged line')} of {journal} "
                 f"(line {lines}{more}){orphaned}"
             )
         if self.torn_tail:

@@ -7,6 +7,7 @@ import shlex
 from rich.console import Console
 
 from nvrx.chain.submit import ChainReport, shape_summary
+from nvrx.display import counted
 
 
 def print_report(report: ChainReport, out: Console, err: Console) -> None:
@@ -29,11 +30,11 @@ def print_report(report: ChainReport, out: Console, err: Console) -> None:
             say(note)
     planned = not report.written
     count = m.depth if planned else len(m.generations)
-    say(f"Chain {m.chain_id}: {count} generation(s) of {m.job_name!r} (singleton)")
+    say(f"Chain {m.chain_id}: {counted(count, 'generation')} of {m.job_name!r} (singleton)")
     say(
-        f"Array: {s['array']} ({s['train_tasks']} train + {s['hot_spares']} hot spare(s) "
-        f"running, {s['cold_spares']} cold spare(s) pending; {s['nodes_per_task']} node(s) "
-        "per task)"
+        f"Array: {s['array']} ({s['train_tasks']} train + {counted(s['hot_spares'], 'hot spare')} "
+        f"running, {counted(s['cold_spares'], 'cold spare')} pending; "
+        f"{counted(s['nodes_per_task'], 'node')} per task)"
     )
     say(f"Launcher: --nnodes {s['nnodes']}; world size {s['world_size']} GPUs")
     say(f"Drain poller: {m.shape.get('drain_poller') or 'unknown (an older manifest)'}")

@@ -17,6 +17,7 @@ from typing import Any
 
 from nvrx.chain.shape import PROFILES, ArrayShape, ChainError, batch_sizes, drain_poll_on
 from nvrx.config import ChainSettings
+from nvrx.display import counted
 
 SCRIPT_NAME = "nvrx_singleton_array.sbatch"
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -102,8 +103,10 @@ def fault_warning(settings: Mapping[str, Mapping[str, Any]]) -> str | None:
     def origin(key: str) -> str:
         return f"{key}, {(settings.get(key) or {}).get('source', 'unknown source')}"
 
+    ranks = str(value("chain.fault_ranks"))
+    rank_word = "rank" if len(ranks.replace(",", " ").split()) == 1 else "ranks"
     workload = (
-        f"{value('chain.fault_types')} on rank(s) {value('chain.fault_ranks')} "
+        f"{value('chain.fault_types')} on {rank_word} {ranks} "
         f"{value('chain.fault_delay')} s into the cycle"
     )
     faults: list[str] = []
@@ -142,16 +145,16 @@ def check_fault_targets(chain: ChainSettings, shape: ArrayShape) -> None:
         if outside:
             raise ChainError(
                 f"chain.fault_ranks names rank {outside[0]}, but the world has ranks 0-{world - 1} "
-                f"(world size {world}: {shape.min_nodes} training node(s) × "
-                f"{shape.gpus_per_node} GPU(s)); the fault would never fire"
+                f"(world size {world}: {counted(shape.min_nodes, 'training node')} × "
+                f"{counted(shape.gpus_per_node, 'GPU')}); the fault would never fire"
             )
     for pair in filter(None, (p.strip() for p in faults.inject_gpu_failure.split(","))):
         infra_rank = int(pair.split(":")[1])
         if infra_rank >= shape.min_nodes:
             raise ChainError(
                 f"chain.inject_gpu_failure {pair!r} names infra rank {infra_rank}, but the chain "
-                f"trains on {shape.min_nodes} node(s) (infra ranks 0-{shape.min_nodes - 1}); "
-                "the failure would never fire"
+                f"trains on {counted(shape.min_nodes, 'node')} "
+                f"(infra ranks 0-{shape.min_nodes - 1}); the failure would never fire"
             )
 
 
@@ -162,7 +165,7 @@ def drain_poller_state(chain: ChainSettings, shape: ArrayShape) -> str:
     if chain.drain_poll != "auto":
         why = f"chain.drain_poll={chain.drain_poll}"
     elif on:
-        why = f"auto: {spares} spare task(s) can take a drained task's place"
+        why = f"auto: {counted(spares, 'spare task')} can take a drained task's place"
     else:
         why = "auto: no spare task to take a drained task's place"
     every = f", sinfo every {chain.drain_poll_interval} s" if on else ""

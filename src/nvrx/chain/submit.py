@@ -50,6 +50,7 @@ from nvrx.chain.script import (
 )
 from nvrx.chain.shape import ArrayShape, ChainError, check_work_dir
 from nvrx.config import LoadedConfig, redact_argv
+from nvrx.display import counted
 from nvrx.files import InputError, read_bounded, write_atomic
 from nvrx.slurm import Slurm, SlurmError, SubmitOptions, TestOnlyAnswer
 from nvrx.slurm.options import check_name
@@ -440,8 +441,9 @@ def _retire_ended_chain(old: ChainManifest, slurm: Slurm, notes: list[str]) -> N
     live = _live_generations(old, slurm)
     if live:
         raise ChainError(
-            f"work dir {old.work_dir} holds chain {old.chain_id} with {len(live)} generation(s) "
-            "still queued or running: use --extend or --cancel on it, or choose another work dir"
+            f"work dir {old.work_dir} holds chain {old.chain_id} with "
+            f"{counted(len(live), 'generation')} still queued or running: use --extend or --cancel "
+            "on it, or choose another work dir"
         )
     work_dir = Path(old.work_dir)
     kept = work_dir / f"chain.{old.chain_id}.json"
@@ -630,7 +632,7 @@ def extend(
         report.live = _live_generations(manifest, slurm)
         need = manifest.depth - len(report.live)
         report.notes.append(
-            f"{len(report.live)} of {manifest.depth} generation(s) queued or running; "
+            f"{len(report.live)} of {counted(manifest.depth, 'generation')} queued or running; "
             f"submitting {max(need, 0)}"
         )
         if need > 0:

@@ -169,13 +169,13 @@ def inject_loop(
     if old is not None:
         entries = failing_entries(report_rows(old), cfg.stop_dimensions)
         if not entries:
-            counted = ", ".join(cfg.stop_dimensions)
+            dimensions = ", ".join(cfg.stop_dimensions)
             stdout().print(
-                f"every experiment of {r.rerun_failing} passes {counted}: nothing to re-run"
+                f"every experiment of {r.rerun_failing} passes {dimensions}: nothing to re-run"
             )
             return 0
         note(
-            f"re-running {len(entries)} failing experiment(s) of {r.rerun_failing} "
+            f"re-running {counted(len(entries), 'failing experiment')} of {r.rerun_failing} "
             "with its recorded workload, script and shape"
         )
 
@@ -340,7 +340,7 @@ def reanalyze_session(
         from nvrx.inject import rows as report
 
     if code == 0 and unscored:
-        warn(f"{unscored} experiment(s) unscored after re-analysis")
+        warn(f"{counted(unscored, 'experiment')} unscored after re-analysis")
         code = 3
     if as_json:
         write_document(report.report_json(session.dir, rows, stop), code)

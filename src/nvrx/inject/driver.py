@@ -30,6 +30,7 @@ from nvrx.campaign.errors import CampaignError, SessionError
 from nvrx.campaign.pool import Experiment
 from nvrx.campaign.session import Record, Session, SessionState, utcnow
 from nvrx.config import redact_argv
+from nvrx.display import counted
 from nvrx.inject.analyst import Analyst, ExperimentAnalysis
 from nvrx.inject.window import Submit, Waiting, Window, WindowMode, choose
 from nvrx.slurm import ErrorKind, Slurm, SlurmError, SlurmValueError, SubmitOptions
@@ -259,7 +260,7 @@ class Campaign:
                 head = state.by_index[pick.ahead_of].experiment
                 self.reporter.note(
                     f"{state.by_index[pick.index].experiment.entry} goes ahead of {head.entry}, "
-                    f"which needs {head.nodes} node(s) ({idle} idle)"
+                    f"which needs {counted(head.nodes, 'node')} ({idle} idle)"
                 )
         return picks
 
@@ -391,7 +392,9 @@ class Campaign:
         try:
             rows = self.slurm.queue(user=self.slurm.current_user(), include_finished=True)
         except SlurmError as exc:
-            self.reporter.note(f"cannot settle {len(unsure)} open submission(s) yet: {exc}")
+            self.reporter.note(
+                f"cannot settle {counted(len(unsure), 'open submission')} yet: {exc}"
+            )
             return
         for record in unsure:
             found = [

@@ -16,7 +16,7 @@ from rich.text import Text
 from nvrx.campaign.pool import Experiment
 from nvrx.campaign.session import Record, SessionState
 from nvrx.config import STOP_DIMENSIONS
-from nvrx.display import printable
+from nvrx.display import counted, printable
 from nvrx.inject.analyst import ExperimentAnalysis
 from nvrx.score.model import DIMENSIONS, PASS_VALUE
 from nvrx.terminal import note
@@ -244,7 +244,9 @@ def summary_json(
 
 def print_summary(out: Console, summary: dict[str, Any]) -> None:
     states = ", ".join(f"{k} {v}" for k, v in sorted(summary["states"].items()))
-    line = f"session {summary['session']}: {summary['experiments']} experiment(s): {states}"
+    line = (
+        f"session {summary['session']}: {counted(summary['experiments'], 'experiment')}: {states}"
+    )
     out.print(Text(printable(line)))
     if summary["resume"]:
         out.print(Text(printable(f"resume with: {summary['resume']}"), style="bold"))

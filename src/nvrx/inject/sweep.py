@@ -13,6 +13,7 @@ from pathlib import Path
 
 from nvrx.campaign.pool import at_iterations
 from nvrx.config import STOP_DIMENSIONS
+from nvrx.display import counted
 from nvrx.inject.report import older_sessions, rows_and_stop
 from nvrx.inject.rows import failing_entries
 
@@ -43,16 +44,16 @@ def next_iteration(session_dir: Path, dimensions: Sequence[str] = STOP_DIMENSION
         every = list(dict.fromkeys(r.record.experiment.entry for r in rows))
         why = "every cell passes: the same cells again (the stop rule needs two in a row)"
         return NextIteration(nxt, why, tuple(every))
+    cells = f"the {counted(len(failing), 'failing cell')}"
     if nxt == 2:
-        return NextIteration(nxt, f"the {len(failing)} failing cell(s)", tuple(failing))
+        return NextIteration(nxt, cells, tuple(failing))
     if nxt == 3:
         at = " and ".join(map(str, SWEEP_ITERATIONS))
         entries = [e for f in failing for e in (f, *at_iterations([f], list(SWEEP_ITERATIONS)))]
         entries = list(dict.fromkeys(entries))
-        return NextIteration(nxt, f"the {len(failing)} failing cell(s) at FAULT_AT_ITER {at}",
-                             tuple(entries))  # fmt: skip
+        return NextIteration(nxt, f"{cells} at FAULT_AT_ITER {at}", tuple(entries))
     if nxt == 4:
         entries = list(dict.fromkeys([*failing, *WIDER]))
-        why = f"the {len(failing)} failing cell(s), and SEGFAULT and LOCK_GIL on 4 and 8 nodes"
+        why = f"{cells}, and SEGFAULT and LOCK_GIL on 4 and 8 nodes"
         return NextIteration(nxt, why, tuple(entries))
-    return NextIteration(nxt, f"the {len(failing)} failing cell(s)", tuple(failing))
+    return NextIteration(nxt, cells, tuple(failing))

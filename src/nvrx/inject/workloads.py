@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from nvrx.campaign.errors import CampaignError
 from nvrx.config import ConfigError, SlurmTime
 from nvrx.config.yamlfile import parse_yaml
-from nvrx.display import did_you_mean, some_of
+from nvrx.display import counted, did_you_mean, some_of
 from nvrx.files import InputError, read_bounded
 
 
@@ -67,7 +67,7 @@ def parse_workloads_conf(text: str, source: str, base: Path) -> dict[str, Worklo
         if not 2 <= len(words) <= len(UPSTREAM_COLUMNS):
             raise WorkloadError(
                 f"workloads file {source} line {no}: expected NAME SCRIPT [BASE_EXPERIMENTS_DIR "
-                f"DESCRIPTION POOL_FILE TIME], got {len(words)} column(s)"
+                f"DESCRIPTION POOL_FILE TIME], got {counted(len(words), 'column')}"
             )
         odd = [c for c, w in zip(UPSTREAM_COLUMNS, words, strict=False) if not _plain_word(w)]
         if odd:  # a NUL would break the path later, a 5 MB name every message that names it

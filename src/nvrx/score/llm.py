@@ -37,6 +37,7 @@ import httpx
 from pydantic import SecretStr
 
 from nvrx.config import redact_text, redact_urls
+from nvrx.display import counted
 from nvrx.retry import RetryPolicy
 from nvrx.score.cache import VerdictCache, cache_key
 from nvrx.score.evidence import normalise_fr_label
@@ -495,21 +496,24 @@ class LlmJudge:
                     if policy.exhausted(failures) or now >= give_up_at:
                         run.unreachable = (
                             f"nothing answers at {self.endpoint.display}: {unconnected} "
-                            f"({failures} attempt(s) in {now - run.unconnected_since:.1f} s)"
+                            f"({counted(failures, 'attempt')} in "
+                            f"{now - run.unconnected_since:.1f} s)"
                         )
                         raise JudgeFailure(run.unreachable, usage)
                     # The last retry lands at the grace's end rather than giving up before it.
                     await self._sleep(min(self._backoff(failures), give_up_at - now))
                     continue
                 if policy.exhausted(failures):
-                    raise JudgeFailure(f"{problem}; gave up after {failures} attempt(s)", usage)
+                    raise JudgeFailure(
+                        f"{problem}; gave up after {counted(failures, 'attempt')}", usage
+                    )
                 delay = self._backoff(failures)
                 if retry_after is not None:
                     delay = max(delay, retry_after)
                 if self._clock() + delay > deadline:
                     raise JudgeFailure(
                         f"{problem}; retry deadline of {policy.deadline:g} s reached "
-                        f"after {failures} attempt(s)"
+                        f"after {counted(failures, 'attempt')}"
                         + (f" (Retry-After {retry_after:g} s)" if retry_after is not None else ""),
                         usage,
                     )

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from nvrx.campaign.errors import PoolError
 from nvrx.campaign.pool import FaultType
+from nvrx.display import counted
 
 # Bumped whenever the prompt text or the answer schema changes: part of every cache key, so an
 # old cached verdict is never returned for a new question.
@@ -159,8 +160,8 @@ class GroundTruth:
         truth = cls(fault_type, rank, iteration, nodes, gpus_per_node, segment_size, run_valid)
         if rank >= truth.total_ranks:
             raise ScoreError(
-                f"rank {rank} is outside the job: {nodes} node(s) × {gpus_per_node} GPUs "
-                f"= {truth.total_ranks} ranks"
+                f"rank {rank} is outside the job: {counted(nodes, 'node')} × "
+                f"{counted(gpus_per_node, 'GPU')} = {truth.total_ranks} ranks"
             )
         return truth
 

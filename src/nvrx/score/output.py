@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from nvrx.display import printable
+from nvrx.display import counted, printable
 from nvrx.score.model import DIMENSIONS, PASS_VALUE, Case, Verdict, passes_all
 from nvrx.score.report import Summary, percent
 
@@ -59,10 +59,11 @@ def listed_rows(verdicts: Sequence[Verdict]) -> list[int]:
 
 
 def _capped(lines: Sequence[str], what: str) -> list[str]:
-    """At most TABLE_ROWS of `lines`, then one saying how many more `what` there are."""
+    """At most TABLE_ROWS of `lines`, then one saying how many more `what` (a noun, singular)
+    there are."""
     if len(lines) <= TABLE_ROWS:
         return list(lines)
-    return [*lines[:TABLE_ROWS], f"... and {len(lines) - TABLE_ROWS} more {what}"]
+    return [*lines[:TABLE_ROWS], f"... and {counted(len(lines) - TABLE_ROWS, 'more ' + what)}"]
 
 
 def for_unreachable(verdict: Verdict, unreachable: Collection[str]) -> bool:
@@ -119,8 +120,8 @@ def render(
     if len(shown) < len(cases):
         out.print(
             Text(
-                f"listed {len(shown)} of {len(cases)} case(s): those that do not pass every "
-                f"dimension, the first {TABLE_ROWS} at most; {every_case_in}",
+                f"listed {len(shown)} of {counted(len(cases), 'case')}: those that do not pass "
+                f"every dimension, the first {TABLE_ROWS} at most; {every_case_in}",
                 style="dim",
             )
         )
@@ -128,8 +129,8 @@ def render(
     out.print(
         Text(
             printable(
-                f"{judge}: {summary.cases} case(s), {summary.scored} scored, {summary.invalid} "
-                f"invalid, {summary.unscored} unscored; pass rates: {rates}"
+                f"{judge}: {counted(summary.cases, 'case')}, {summary.scored} scored, "
+                f"{summary.invalid} invalid, {summary.unscored} unscored; pass rates: {rates}"
             )
         )
     )
@@ -139,18 +140,19 @@ def render(
     if u.requests or summary.cache_hits:
         out.print(
             Text(
-                f"judge calls: {u.requests} request(s), {u.prompt_tokens} prompt + "
-                f"{u.completion_tokens} completion tokens, {summary.cache_hits} cache hit(s)"
+                f"judge calls: {counted(u.requests, 'request')}, {u.prompt_tokens} prompt + "
+                f"{u.completion_tokens} completion tokens, "
+                f"{counted(summary.cache_hits, 'cache hit')}"
             )
         )
     changed = [c for c in cases if c.changed]
     said = [
         f"changed after the campaign judged it: {c.id}: {', '.join(c.changed)}" for c in changed
     ]
-    for line in _capped(said, "changed case(s)"):
+    for line in _capped(said, "changed case"):
         out.print(Text(printable(line), style="yellow"))
     if changed:
-        out.print(Text(f"{len(changed)} case(s) changed: {changed_means}", style="yellow"))
+        out.print(Text(f"{counted(len(changed), 'case')} changed: {changed_means}", style="yellow"))
     for dimension, wanted, got in summary.failed_thresholds:
         out.print(
             Text(f"below threshold: {dimension} {percent(got)} < {wanted:.0%}", style="bold red")
@@ -161,6 +163,8 @@ def render(
             for case, v in zip(cases, verdicts, strict=True)
             if v.status == "unscored" and not for_unreachable(v, unreachable)
         ]
-        for line in _capped(unscored, "unscored case(s)"):
+        for line in _capped(unscored, "unscored case"):
             out.print(Text(printable(line), style="red"))
-        out.print(Text(f"{summary.unscored} case(s) unscored: no verdict", style="bold red"))
+        out.print(
+            Text(f"{counted(summary.unscored, 'case')} unscored: no verdict", style="bold red")
+        )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+from nvrx.display import counted
 from nvrx.score.model import ALLOWED, DIMENSIONS, Case, Usage, Verdict, invalid_verdict
 
 JUDGE_NAME = "vote"
@@ -40,7 +41,9 @@ def vote(case: Case, verdicts: Sequence[Verdict]) -> Verdict:
             case=case.id,
             status="unscored",
             judge=JUDGE_NAME,
-            reason=f"{len(failed)} of {len(verdicts)} judge(s) could not score it ({reasons})",
+            reason=(
+                f"{len(failed)} of {counted(len(verdicts), 'judge')} could not score it ({reasons})"
+            ),
             usage=usage,
             latency_s=latency,
             judges=voters,

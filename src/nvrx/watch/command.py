@@ -276,7 +276,10 @@ def watch(
     settings = loaded.config.watch
     unknown = set(settings.disable) - set(DETECTORS) - set(FLEET_DETECTORS)
     if unknown:
-        raise CommandError(f"unknown detector(s) in disable: {', '.join(sorted(unknown))}")
+        raise CommandError(
+            f"unknown detector{'s' if len(unknown) > 1 else ''} in disable: "
+            f"{', '.join(sorted(unknown))}"
+        )
     slurm = Slurm(loaded.config.slurm) if settings.platform == "slurm" else None
     if request.fleet or request.mine:
         return fleet_watch(request, settings, slurm, loaded.config.chain.no_restart_exit_code)

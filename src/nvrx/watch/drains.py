@@ -53,7 +53,8 @@ def drain_line(result: PassResult) -> tuple[str, str]:
         seen = "no running task of the chain holds a node (sinfo answered)"
     elif held := platform.drained_in_use():
         style = "yellow"
-        seen = f"{len({d.name for _, _, d in held})} of the chain's {len(nodes)} node(s) drained: "
+        drained = len({d.name for _, _, d in held})
+        seen = f"{drained} of the chain's {counted(len(nodes), 'node')} drained: "
         seen += ", ".join(
             f"{d.name} (generation {gen} task {task}"
             + (f", {ago(age_seconds(now, d.since))}" if d.since else "")
@@ -61,7 +62,7 @@ def drain_line(result: PassResult) -> tuple[str, str]:
             for gen, task, d in held
         )
     else:
-        seen = f"none of the chain's {len(nodes)} node(s) drained (sinfo)"
+        seen = f"none of the chain's {counted(len(nodes), 'node')} drained (sinfo)"
     poller = f"in-job drain poller {snap.chain.drain_poller}"
     if not result.drain_suspects:
         suspects = "watch.drain_suspects off"

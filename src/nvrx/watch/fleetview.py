@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from nvrx.config import WatchSettings
-from nvrx.display import printable
+from nvrx.display import counted, printable
 from nvrx.slurm.hostlist import compress
 from nvrx.watch.detectors.common import age_seconds, ago
 from nvrx.watch.drains import fleet_drain_line, fleet_drain_status
@@ -152,7 +152,7 @@ def fleet_lines(fleet: FleetResult, settings: WatchSettings) -> list[Line]:
     widths = [max(len(printable(row[i])) for row in (header, *rows)) for i in range(len(header))]
     lines: list[Line] = [
         [
-            (f"nvrx watch: {len(fleet.chains)} chain(s)  ", "bold"),
+            (f"nvrx watch: {counted(len(fleet.chains), 'chain')}  ", "bold"),
             (fleet_state(fleet).upper(), STATE_STYLE[fleet_state(fleet)]),
         ],
         [("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip(), "bold")],

@@ -386,8 +386,10 @@ def _blind_reader(cycles: Cycles, skipped: list[SkippedFile], unusable: int) -> 
     if cycles or not unusable:
         return None
     first = next(s for s in skipped if s.reason not in NOT_CYCLE_FILE_REASONS)
+    if unusable == 1:
+        return f"the only cycle-info file could not be used ({first.path}: {first.reason})"
     return (
-        f"none of the {unusable} cycle-info file(s) could be used "
+        f"none of the {unusable} cycle-info files could be used "
         f"(first: {first.path}: {first.reason})"
     )
 

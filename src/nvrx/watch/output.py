@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from nvrx.contract import SCHEMA
-from nvrx.display import printable
+from nvrx.display import counted, printable
 from nvrx.junit import TestCase, junit_xml
 from nvrx.slurm.hostlist import compress
 from nvrx.watch.detectors.common import age_seconds, ago, iso_time
@@ -218,8 +218,8 @@ def pass_lines(result: PassResult) -> list[Line]:
         end = "open" if latest.end is None else f"ended {ago((now - latest.end).total_seconds())}"
         standby = compress(latest.standby_nodes) or "none"
         say(
-            f"cycle: {latest.key} (cycle {latest.cycle_number}, {restarts} restart(s) in this "
-            f"generation), started {ago((now - latest.start).total_seconds())}, {end}; "
+            f"cycle: {latest.key} (cycle {latest.cycle_number}, {counted(restarts, 'restart')} in "
+            f"this generation), started {ago((now - latest.start).total_seconds())}, {end}; "
             f"active {compress(latest.active_nodes)}, standby {standby}"
         )
     ckpt = snap.checkpoint
@@ -274,8 +274,9 @@ def fit_screen(lines: list[Line], rows: int, width: int) -> list[Line]:
 
     def notice(hidden: int) -> Line:
         return [(
-            f"... {hidden} more line(s) do not fit this terminal ({rows} rows): enlarge it, or "
-            "see every finding with --json or a pass without --interval", "bold",
+            f"... {counted(hidden, 'more line')} {'does' if hidden == 1 else 'do'} not fit this "
+            f"terminal ({rows} rows): enlarge it, or see every finding with --json or a pass "
+            "without --interval", "bold",
         )]  # fmt: skip
 
     budget = max(rows - 1, 2)  # the footer's row

@@ -277,7 +277,7 @@ def from_manifest(m: ChainManifest) -> Target:
 def _drain_poller(shape: dict[str, Any], setting: object) -> str:
     """The drain poller as the manifest's shape says, else as its `chain.drain_poll` and spares
     decided it; "unknown" for a manifest from before the poller."""
-    said = shape.get("drain_poller")  # "on (auto: 2 spare task(s) ...)": its first word
+    said = shape.get("drain_poller")  # "on (auto: 2 spare tasks ...)": its first word
     word = said.split(" ", 1)[0] if isinstance(said, str) else None
     if word in ("on", "off"):
         return word

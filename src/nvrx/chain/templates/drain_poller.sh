@@ -42,7 +42,7 @@ drain_revoke() { # TOKEN: gone, so the launcher's check fails; 1 when it is stil
 
 # shellcheck disable=SC2317
 drain_pass() { # one pass; non-zero when it published nothing
-    local drained taskmap k job nodelist nodes hit marker token
+    local drained taskmap k job nodelist nodes hit held marker token
     # KILL 2 s after TERM: a client has nothing to save, and one that ignores TERM must not
     # hold the pass (and every pass after it) for good.
     local grace=2
@@ -71,9 +71,11 @@ drain_pass() { # one pass; non-zero when it published nothing
         fi
         marker=$NVRX_DRAIN_DIR/task_$k.drained
         token=$NVRX_DRAIN_DIR/admit.$job
+        held="drained node $hit"
+        case "$hit" in *,*) held="drained nodes $hit" ;; esac
         if [ -n "$hit" ]; then
             if ! drain_revoke "$token"; then
-                log "drain poller: WARNING: cannot remove $token; task $k (job $job) holds drained node(s) $hit and stays admitted"
+                log "drain poller: WARNING: cannot remove $token; task $k (job $job) holds $held and stays admitted"
             fi
         elif [ -L "$token" ] || [ ! -e "$token" ]; then
             # A link is replaced by a file: a dangling one would evict a clean task, and a
@@ -82,7 +84,7 @@ drain_pass() { # one pass; non-zero when it published nothing
         fi
         if drain_publish "$marker" "$(printf 'job_id=%s\nnodes=%s\ndrained=%s' "$job" "$nodelist" "$hit")"; then
             if [ -n "$hit" ]; then
-                log "drain poller: task $k (job $job) holds drained node(s) $hit; its nodes leave at the next rendezvous"
+                log "drain poller: task $k (job $job) holds $held; its nodes leave at the next rendezvous"
             else
                 log "drain poller: task $k (job $job) is clean"
             fi

@@ -264,7 +264,9 @@ if [ -n "$NVRX_CONTAINER_IMAGE" ]; then
     if [ -n "$NVRX_CONTAINER_MOUNTS" ]; then container+=(--container-mounts "$NVRX_CONTAINER_MOUNTS"); fi
 fi
 
-log "launching ${NVRX_LAUNCHER[*]} on $SLURM_JOB_NUM_NODES node(s): nnodes $MIN_NODES:$MAX_NODES, world $WORLD_SIZE, endpoint $RDZV_HOST:$RDZV_PORT"
+nodes_word=nodes
+if [ "$SLURM_JOB_NUM_NODES" = 1 ]; then nodes_word=node; fi
+log "launching ${NVRX_LAUNCHER[*]} on $SLURM_JOB_NUM_NODES $nodes_word: nnodes $MIN_NODES:$MAX_NODES, world $WORLD_SIZE, endpoint $RDZV_HOST:$RDZV_PORT"
 # Each node's wrapper records the no-restart verdict in a file before exiting with it. srun runs
 # in the background so that a signal to this shell is handled while the step runs. The wrapper
 # is POSIX sh (it may run in a container): a link at the flag's path is removed, and noclobber

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from nvrx.config import WatchSettings
+from nvrx.display import counted
 from nvrx.slurm.hostlist import compress
 from nvrx.watch.detectors.common import (
     EPS,
@@ -382,8 +383,8 @@ def spares_exhausted(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
             key=f"nvrx-spares-exhausted-{latest.job_id}",
             summary=f"job {latest.job_id} has no spares left: {where}",
             detail=(
-                f"latest cycle {latest.key} runs on {len(latest.active_nodes)} node(s) with empty "
-                f"standby_nodes"
+                f"latest cycle {latest.key} runs on {counted(len(latest.active_nodes), 'node')} "
+                "with empty standby_nodes"
                 + (
                     f"; generation {latest.job_id} has 0 PENDING tasks"
                     if pending is not None

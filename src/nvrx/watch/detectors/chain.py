@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nvrx.config import WatchSettings
+from nvrx.display import counted
 from nvrx.slurm.parse import DrainedNode
 from nvrx.watch.detectors.common import (
     cancel_chain_hint,
@@ -48,14 +49,14 @@ def orphaned_generation(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
                 key=f"nvrx-orphan-{gen}",
                 summary=(
                     f"generation {gen} is orphaned: task 0 is {ending.state.value}, "
-                    f"{generation.pending} task(s) still pending"
+                    f"{counted(generation.pending, 'task')} still pending"
                 ),
                 detail=(
                     f"task 0 of {gen} is not in the queue; accounting says {ending.state.value} "
                     f"(exit {ending.exit or 'unknown'}), {ended} "
                     f"(grace {human_seconds(cfg.grace)}); "
-                    f"{generation.pending} pending task(s) will hold the chain's name and may "
-                    f"start training without a task 0"
+                    f"{counted(generation.pending, 'pending task')} will hold the chain's name "
+                    "and may start training without a task 0"
                 ),
                 runbook=(
                     "Confirm task 0 is really gone (sacct -j <gen>_0), then cancel the pending "
@@ -182,14 +183,15 @@ def chain_not_cancelled(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
             continue
         ids = [g.job_id for g in others]
         hint = cancel_chain_hint(snap.chain)
+        alive = f"generation {ids[0]} is" if len(ids) == 1 else f"generations {', '.join(ids)} are"
         findings.append(
             Finding(
                 detector="chain_not_cancelled",
                 severity=Severity.CRITICAL,
                 key=f"nvrx-no-restart-not-honoured-{ending.job_id}",
                 summary=(
-                    f"generation {ending.job_id} asked for no restart, but generation(s) "
-                    f"{', '.join(ids)} are still queued or running"
+                    f"generation {ending.job_id} asked for no restart, but {alive} still "
+                    "queued or running"
                 ),
                 detail=(
                     f"task 0 of {ending.job_id} ended {ending.state.value} (exit "
@@ -301,7 +303,8 @@ def drained_node_in_use(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
                 severity=Severity.WARNING,
                 key=f"nvrx-drained-node-{gen}",
                 summary=(
-                    f"generation {gen} runs on {len(held)} drained node(s): {', '.join(parts)}"
+                    f"generation {gen} runs on {counted(len(held), 'drained node')}: "
+                    f"{', '.join(parts)}"
                 ),
                 detail=(
                     "Slurm starts no new job on a drained node but lets this one run on. With "
