@@ -333,6 +333,22 @@ def test_reanalyze_takes_a_session_alone_and_prints_json(tmp_path: Path) -> None
     assert ">>> [4/4] Analyzing" in proc.stderr
 
 
+def test_the_demo_sessions_analysis_and_report_are_what_nvrx_writes_today(tmp_path: Path) -> None:
+    # docs/score.md says examples/score_demo's analysis files and report were written by
+    # nvrx's own analysers: a re-analysis of a copy writes the same (but where the copy is).
+    copy = tmp_path / "fault_injection" / SCORE_DEMO.name
+    shutil.copytree(SCORE_DEMO, copy)
+    proc = nvrx("inject-loop", "--reanalyze", str(copy))
+    assert proc.returncode == 0, proc.stderr
+    written = sorted(p.relative_to(copy) for p in copy.glob("*/analysis/*.txt"))
+    assert len(written) >= 8
+    where = json.loads((SCORE_DEMO / "report.json").read_text())["session"]  # as recorded
+    for name in [*written, Path("experiments_report.md")]:
+        today = (copy / name).read_text().replace(str(copy), "SESSION")
+        recorded = (SCORE_DEMO / name).read_text().replace(where, "SESSION")
+        assert today == recorded, f"{name} is stale: run nvrx inject-loop --reanalyze on it"
+
+
 def test_reanalyze_with_a_judge_that_cannot_answer_exits_3(tmp_path: Path) -> None:
     copy = tmp_path / "fault_injection" / SCORE_DEMO.name
     shutil.copytree(SCORE_DEMO, copy)
