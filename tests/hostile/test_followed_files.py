@@ -125,7 +125,10 @@ def test_report_html_never_copies_a_file_an_evidence_link_leads_to(
     assert proc.code == 0, proc.describe()
     page = (session / "report.html").read_text()
     assert CANARY[8:20] not in page and CANARY[8:20] not in proc.output
-    assert page.count("leads out of") == 2  # said, not hidden
+    # Said, not hidden: in place of each file, and (the demo's verdicts carry the digests of
+    # what was judged) as a change since the judging.
+    assert page.count(": leads out of ") == 2
+    assert "Changed after it was judged: analysis/log_attribution.txt (leads out of" in page
 
 
 def test_score_refuses_a_job_log_that_leads_out_of_the_session_without_quoting_it(

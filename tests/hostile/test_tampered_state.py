@@ -171,17 +171,22 @@ def test_a_journalled_verdict_that_is_no_verdict_stops_report_naming_the_line(
         shutil.copytree(SCORE_DEMO, session)
         journal = session / "journal.jsonl"
         lines = journal.read_text().splitlines()
-        at = next(i for i, line in enumerate(lines) if '"analysed"' in line)
-        event = json.loads(lines[at])
-        if damage == "a string":
-            event["verdict"] = "great"
-        else:
-            for d in ("restart_correct", "rank_primary", "rank_any", "fault_described"):
-                event["verdict"].pop(d)
-        lines[at] = json.dumps(event)
+        # Every analysis of one experiment (the demo was re-analysed: two each) is damaged, so
+        # --force is left with no verdict for it.
+        events = [(i, json.loads(line)) for i, line in enumerate(lines) if '"analysed"' in line]
+        target = events[0][1]["index"]
+        damaged = [(i, event) for i, event in events if event["index"] == target]
+        for i, event in damaged:
+            if damage == "a string":
+                event["verdict"] = "great"
+            else:
+                for d in ("restart_correct", "rank_primary", "rank_any", "fault_described"):
+                    event["verdict"].pop(d)
+            lines[i] = json.dumps(event)
         journal.write_text("\n".join(lines) + "\n")
         proc = run_nvrx("report", str(session), cwd=home, wall=WALL)
-        assert_bad_input(proc, f"journal.jsonl line {at + 1}", "--force")
+        said = assert_bad_input(proc, "--force")
+        assert any(f"journal.jsonl line {i + 1}: " in said for i, _ in damaged), said
         forced = run_nvrx("report", str(session), "--force", cwd=home, wall=WALL)
         assert forced.code == 0 and "1 unscored" in forced.stdout, forced.describe()
 
