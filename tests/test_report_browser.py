@@ -183,7 +183,8 @@ const texts = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT, {ac
     : NodeFilter.FILTER_ACCEPT});
 const range = document.createRange();
 for (let n; (n = texts.nextNode());) {
-  for (const m of n.data.matchAll(/[\\p{L}\\p{N}]{2,}/gu)) {
+  // A name with underscores (WORKLOAD_EXC, rank_primary) is one word: no break inside it.
+  for (const m of n.data.matchAll(/[\\p{L}\\p{N}_]{2,}/gu)) {
     range.setStart(n, m.index);
     range.setEnd(n, m.index + m[0].length);
     const tops = [...range.getClientRects()].filter((r) => r.width > 0).map((r) => r.top);
@@ -334,6 +335,9 @@ def test_the_checks_catch_a_broken_word_a_wrapped_table_and_a_critical_mark_unde
         "<!DOCTYPE html><html><body><table><tr><th style='width:30px;word-break:break-all'>"
         "restart</th><td style='width:30px;word-break:break-all'>unscored</td></tr></table>"
         "<p><code class='path'>/a/path/that/may/wrap/anywhere</code></p>"
+        # A name broken at its underscore, every part of it whole ("WORKLOAD" / "_EXC").
+        "<div style='font-family:monospace;width:9ch;padding:0;overflow-wrap:anywhere'>"
+        "WORKLOAD_EXC</div>"
         "<div class='tl'><div class='marks' style='position:relative;width:300px;height:18px'>"
         "<span class='mark' style='position:absolute;left:100px'>"
         "<span class='sev-critical'>◆</span></span>"
@@ -346,6 +350,7 @@ def test_the_checks_catch_a_broken_word_a_wrapped_table_and_a_critical_mark_unde
     found = page_faults(page, proxy, tmp_path, 900)
     assert any(f.startswith("broken word: restart in th") for f in found), found
     assert any(f.startswith("broken word: unscored in td") for f in found), found
+    assert any(f.startswith("broken word: WORKLOAD_EXC in div") for f in found), found
     assert not any("path" in f for f in found), found
     assert sum(f.startswith("marks overlap: ") for f in found) == 1, found
     assert any(f.startswith("critical mark covered: ") for f in found), found
