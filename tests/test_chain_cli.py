@@ -470,9 +470,12 @@ def test_a_dry_run_writes_the_script_it_would_submit_where_asked(shared_dir: Pat
     text = preview.read_text()
     assert text.startswith("#!/bin/bash\n") and "NVRX_CHAIN_ID=" in text
     assert f"nvrx: note: wrote {preview}" in proc.stderr
+    assert f"script (not written here; its text is in {preview}): " in proc.stdout
     assert not (shared_dir / "w").exists()
     doc = json.loads(nvrx(*base, "--json", cwd=shared_dir).stdout)
-    assert len(doc["script_sha256"]) == 64
+    assert len(doc["script_sha256"]) == 64 and doc["script_copy"] is None
+    doc = json.loads(nvrx(*base, "--json", "--write-script", "copy.sbatch", cwd=shared_dir).stdout)
+    assert doc["script_copy"] == str(shared_dir / "copy.sbatch")
     # Only a rehearsal writes it there (a submission writes it into the work dir), and never
     # over one of the command's inputs.
     real = nvrx("submit-chain", *REHEARSAL, "--write-script", str(preview), cwd=shared_dir)
@@ -497,3 +500,8 @@ def test_the_summary_and_manifest_say_whether_the_drain_poller_runs(shared_dir: 
     )
     forced = nvrx(*base, "--set", "chain.drain_poll=off", cwd=shared_dir)
     assert "Drain poller: off (chain.drain_poll=off)" in forced.stdout
+
+
+def test_the_help_says_a_chain_with_spares_leaves_drained_nodes(shared_dir: Path) -> None:
+    text = " ".join(nvrx("submit-chain", "--help", cwd=shared_dir).stdout.split())
+    assert "drain poller" in text and "chain.drain_poll" in text

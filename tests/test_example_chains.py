@@ -82,10 +82,14 @@ def test_example_chains_are_made_outside_the_repository_or_ignored_in_it() -> No
     repo = MAKE.parents[2]
     # The pages say where to make them: never a relative directory, which would land in the
     # checkout when run from its root as they say.
-    pages = [*sorted((repo / "docs").glob("*.md")), MAKE]
+    pages = [repo / "README.md", *sorted((repo / "docs").glob("*.md")), MAKE]
     for page in pages:
-        for target in re.findall(r"make_chains\.py ([^\s`\\]+)", page.read_text()):
+        text = page.read_text()
+        for target in re.findall(r"make_chains\.py ([^\s`\\]+)", text):
             assert target == "DIR" or target.startswith("/tmp/"), (page.name, target)
+        # ... and watch them where they were made.
+        for target in re.findall(r"--(?:work-dir|fleet) (chains\S*)", text):
+            raise AssertionError(f"{page.name} watches {target}, a relative path")
     if (repo / ".git").exists():  # a checkout: one made in its root anyway is ignored
         ignored = subprocess.run(
             ["git", "check-ignore", "-q", "chains/storm/checkpoints/x"], cwd=repo, check=False

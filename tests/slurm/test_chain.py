@@ -3,6 +3,7 @@ relies on a chain to do when tasks, workers and task 0 itself fail."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -378,6 +379,16 @@ def test_validate_asks_slurm_and_writes_nothing(work_root: Path) -> None:
     assert steps == [  # as they come, numbered as the generations are
         f"Checked generation {i} ({i + 1} of 2) with sbatch --test-only" for i in (0, 1)
     ]
+    assert not work.exists()
+    # The script Slurm was asked about, kept to read where the user says (never in the work dir).
+    copy = work_root / "validated.sbatch"
+    proc = nvrx(
+        "--validate", "-K", "2", *NO_FAULTS, "--write-script", str(copy), "--json", work=work
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["script_copy"] == str(copy) and len(doc["test_only"]) == 2
+    assert hashlib.sha256(copy.read_bytes()).hexdigest() == doc["script_sha256"]
     assert not work.exists()
 
     proc = nvrx("--validate", "-K", "1", "--nodes-per-task", "9", *NO_FAULTS, work=work)

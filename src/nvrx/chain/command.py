@@ -107,6 +107,7 @@ def submit_chain(
         text = report.script_text
         inputs = [p for p in (loaded.config_file, loaded.env_file) if p is not None]
         write_outputs([(write_script, "--write-script", lambda: text)], inputs)
+        report.script_copy = str(write_script.absolute())
     code = 0 if report.ok else 1
     if as_json:
         write_document(report.to_json(), code)

@@ -19,7 +19,9 @@ def print_report(report: ChainReport, out: Console, err: Console) -> None:
 
     for argv in report.planned:
         say(f"[dry-run] {shlex.join(argv)}")
-    if report.planned:
+    if report.planned and report.script_copy:
+        say(f"script (not written here; its text is in {report.script_copy}): {m.script}")
+    elif report.planned:
         say(f"script (not written; --write-script FILE to read it): {m.script}")
     for index, answer in enumerate(report.test_only):
         say(f"generation {index}: {answer.describe()}")

@@ -81,6 +81,7 @@ class ChainReport:
     script_text: str | None = None  # the rendered script, for a rehearsal's --write-script
     test_only: list[TestOnlyAnswer] = field(default_factory=list)  # --validate's answers
     cancelled: list[str] | None = None  # what --cancel found queued or running and cancelled
+    script_copy: str | None = None  # where --write-script put the rendered script (absolute)
 
     @property
     def ok(self) -> bool:
@@ -110,6 +111,7 @@ class ChainReport:
             "manifest": str(manifest_path(Path(m.work_dir))) if self.written else None,
             "script": m.script,
             "script_written": self.written,
+            "script_copy": self.script_copy,
             "script_sha256": m.script_sha256,
             "shape": m.shape,
             "created_at": m.created_at.isoformat() if self.written else None,

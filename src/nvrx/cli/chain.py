@@ -70,6 +70,8 @@ def submit_chain_cmd(
     """Submit a singleton job-array chain of K generations.
 
     Array task 0 trains and hosts the rendezvous; the other tasks are hot and cold spares.
+    With spares, an in-job drain poller takes a task off a node Slurm drains
+    (chain.drain_poll: auto, on or off; the summary says which).
     """
     from nvrx.chain.command import submit_chain
 
