@@ -95,3 +95,55 @@ def test_example_chains_are_made_outside_the_repository_or_ignored_in_it() -> No
             ["git", "check-ignore", "-q", "chains/storm/checkpoints/x"], cwd=repo, check=False
         )
         assert ignored.returncode == 0
+
+
+def quoted_run(page: Path, command: str) -> list[str]:
+    """The lines a page quotes after `$ <command>`, up to the next `$ ` or the fence's end."""
+    lines = [line.strip() for line in page.read_text().splitlines()]
+    start = lines.index(f"$ {command}") + 1
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith(("$ ", "```")))
+    return lines[start:end]
+
+
+def same_but_elided(quoted: list[str], printed: list[str]) -> bool:
+    """`printed` as the page quotes it: a quoted `[...]` (or `[detail and runbook lines]`)
+    stands for the indented lines printed there; a goodput figure may differ in its last digit
+    (the pages were made a few seconds apart from the chains)."""
+
+    def plain(line: str) -> str:
+        return re.sub(r"\d+\.\d%", "N%", line.strip())
+
+    at = 0
+    for line in quoted:
+        if line.startswith("["):
+            while at < len(printed) and printed[at].startswith("           "):
+                at += 1
+            continue
+        if at >= len(printed) or plain(printed[at]) != plain(line):
+            return False
+        at += 1
+    return at == len(printed)
+
+
+def test_the_readme_and_watch_pages_quote_what_watch_prints_of_the_example_chains() -> None:
+    import tempfile
+
+    repo = MAKE.parents[2]
+    quoted_at = "/tmp/exrun/chains"
+    # A directory whose name is as long as the quoted one, so that the fleet's columns line up
+    # as quoted.
+    with tempfile.TemporaryDirectory(prefix="nvrx", dir="/tmp") as root:
+        assert len(root) == len(quoted_at)
+        assert make(Path(root)).returncode == 0
+        for page, args in (
+            (repo / "README.md", ["--work-dir", f"{quoted_at}/storm"]),
+            (repo / "docs" / "watch.md", ["--fleet", quoted_at]),
+        ):
+            proc = nvrx_in_process(
+                "watch", "--platform", "none", "--state-dir", f"{root}/state",
+                *[a.replace(quoted_at, root) for a in args],
+                env=clean_environ({"HOME": root}), cwd=Path(root),
+            )  # fmt: skip
+            printed = proc.stdout.replace(root, quoted_at).splitlines()
+            quoted = quoted_run(page, " ".join(["nvrx watch --platform none", *args]))
+            assert same_but_elided(quoted, printed), (page.name, printed)
