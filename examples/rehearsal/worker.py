@@ -6,8 +6,9 @@ It behaves like a Megatron rank as far as the launcher and the chain can tell: i
 checkpoints the iteration every save interval (tmp file + os.replace, like Megatron), and a fault
 can be injected the way Megatron's fault injector does it (NVRX_FAULT_* variables).
 
-Faults fire only in cycle 0 of a generation (NVRX_CYCLE == 0, set by the launcher), so a
-rehearsal makes progress after its first in-job restart instead of failing forever.
+Faults fire only in cycle 0 of a generation (NVRX_CYCLE, set by the rehearsal launcher; under
+NVRx's own launcher the cycle-info file or TORCHELASTIC_RESTART_COUNT), so a rehearsal makes
+progress after its first in-job restart instead of failing forever.
 
 Standard library only: it runs on compute nodes with a plain python3.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import json
 import os
 import signal
 import sys
@@ -207,10 +209,28 @@ def train(args: argparse.Namespace, rank: int, workload_flag: threading.Event) -
     return 0
 
 
+def current_cycle() -> int:
+    """This generation's restart cycle: NVRX_CYCLE (the rehearsal launcher sets it), else what
+    NVRx's own launcher says: the cycle number in the cycle-info file NVRX_CURRENT_CYCLE_INFO
+    names, or the worker group's restarts so far (TORCHELASTIC_RESTART_COUNT), whichever is
+    larger (the file may lag the workers' start by a moment; a promoted spare restarts less)."""
+    if os.environ.get("NVRX_CYCLE", "").strip():
+        return env_int("NVRX_CYCLE", 0)
+    cycle = env_int("TORCHELASTIC_RESTART_COUNT", 0)
+    info = os.environ.get("NVRX_CURRENT_CYCLE_INFO", "")
+    if info:
+        try:
+            number = json.loads(Path(info).read_text(encoding="utf-8"))["cycle_number"]
+            cycle = max(cycle, int(number))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # not written yet, or being replaced: the restart count stands
+    return cycle
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
-    cycle = int(os.environ.get("NVRX_CYCLE", "0"))
+    cycle = current_cycle()
     signal.signal(signal.SIGTERM, on_termination)
     signal.signal(signal.SIGINT, on_termination)
     say(
