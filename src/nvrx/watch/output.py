@@ -10,7 +10,7 @@ from nvrx.contract import SCHEMA
 from nvrx.display import counted, printable
 from nvrx.junit import TestCase, junit_xml
 from nvrx.slurm.hostlist import compress
-from nvrx.watch.detectors.common import age_seconds, ago, iso_time
+from nvrx.watch.detectors.common import age_seconds, ago, cycle_log, cycle_log_file, iso_time
 from nvrx.watch.drains import drain_line, drain_status
 from nvrx.watch.goodput import CATEGORIES, NOT_READ, SOURCES, Goodput, span_text
 from nvrx.watch.model import Finding, Severity
@@ -108,6 +108,7 @@ def pass_json(result: PassResult) -> dict[str, Any]:
                 "age_seconds": age_seconds(now, latest.start),
                 "active_nodes": compress(latest.active_nodes),
                 "standby_nodes": compress(latest.standby_nodes),
+                "cycle_log_file": cycle_log_file(latest),
             },
             "checkpoint": {
                 "path": ckpt.path,
@@ -222,6 +223,8 @@ def pass_lines(result: PassResult) -> list[Line]:
             f"this generation), started {ago((now - latest.start).total_seconds())}, {end}; "
             f"active {compress(latest.active_nodes)}, standby {standby}"
         )
+        if latest.log_file:  # the launcher's per-cycle log: where to read why it ended
+            say(f"cycle log: {cycle_log(latest)}", "dim")
     ckpt = snap.checkpoint
     if ckpt.value is not None:
         written = ago(age_seconds(now, ckpt.mtime)) if ckpt.mtime else "earlier"

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from nvrx.display import counted
 from nvrx.htmlpage import document, escape
 from nvrx.slurm.hostlist import compress
-from nvrx.watch.detectors.common import utc_text
+from nvrx.watch.detectors.common import cycle_log, utc_text
 from nvrx.watch.goodput import CATEGORIES, Goodput, span_text
 from nvrx.watch.model import CycleInfo, Finding, Severity, Snapshot
 from nvrx.watch.tracklayout import CHAR_PX, Cluster, axis_ticks, clusters, label_box
@@ -131,6 +131,7 @@ def _timeline(
         tip = escape(
             f"generation {c.job_id}, cycle {c.key}: {utc_text(c.start)} → "
             f"{utc_text(c.end) if c.end else 'open'} on {compress(c.active_nodes)}"
+            + (f"\nlog: {cycle_log(c)}" if c.log_file else "")
         )
         open_ = " open" if c.end is None else ""
         # One bar per run of adjacent node rows: a cycle on 64 neighbouring nodes is one bar.

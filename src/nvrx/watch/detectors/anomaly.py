@@ -16,6 +16,8 @@ from nvrx.slurm.hostlist import compress
 from nvrx.watch.detectors.common import (
     EPS,
     current_live,
+    cycle_log_file,
+    cycle_log_note,
     cycle_seconds,
     drain_state,
     human_seconds,
@@ -75,6 +77,8 @@ def restart_storm(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     if len(counted) < cfg.storm_cycles:
         return []
     first, last = counted[0], counted[-1]
+    # The last cycle that ended is the last restart's: its log says why.
+    failed = next((c for c in reversed(counted) if c.end is not None), None)
     reset_note = (
         f"; counter reset at {utc_text(reset_at)} after healthy cycle {reset_by.key}"
         if reset_by is not None
@@ -92,7 +96,7 @@ def restart_storm(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
             detail=(
                 f"cycles {first.key} … {last.key} started between {utc_text(first.start)} and "
                 f"{utc_text(last.start)}; threshold {cfg.storm_cycles} cycles in "
-                f"{human_seconds(cfg.storm_window)}{reset_note}"
+                f"{human_seconds(cfg.storm_window)}{reset_note}{cycle_log_note(failed)}"
             ),
             runbook=(
                 "The job keeps restarting: read the latest cycle logs and attribution for a "
@@ -106,6 +110,7 @@ def restart_storm(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
                 "storm_cycles": cfg.storm_cycles,
                 "storm_window": cfg.storm_window,
                 "reset_at": iso_time(reset_at),
+                "cycle_log_file": cycle_log_file(failed),
             },
         )
     ]
@@ -183,6 +188,7 @@ def stalled_progress(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
         note = _save_interval_note(
             [(e - s) / 1e6 for _, s, e in completed], ckpt.save_interval_seconds
         )
+        last_completed = snap.cycles[completed[-1][0]]
         return [
             Finding(
                 detector="stalled_progress",
@@ -196,6 +202,7 @@ def stalled_progress(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
                     f"{len(completed)} completed cycles (threshold {cfg.stall_cycles}); "
                     f"checkpoint iteration file {ckpt.path or '-'}: {why}"
                     + (f"; {note}" if note else "")
+                    + cycle_log_note(last_completed)
                 ),
                 runbook=runbook,
                 evidence={
@@ -206,6 +213,7 @@ def stalled_progress(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
                     "checkpoint_error": ckpt.error,
                     "save_interval_seconds": ckpt.save_interval_seconds,
                     "shorter_than_save_interval": note is not None,
+                    "cycle_log_file": cycle_log_file(last_completed),
                 },
             )
         ]
@@ -234,6 +242,7 @@ def stalled_progress(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
                 f"{len(stuck)} completed cycles started since then (threshold "
                 f"{cfg.stall_cycles}), median cycle {human_seconds(median)}"
                 + (f"; {note}" if note else "")
+                + cycle_log_note(stuck[-1])
             ),
             runbook=runbook,
             evidence={
@@ -246,6 +255,7 @@ def stalled_progress(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
                 "median_cycle_seconds": median,
                 "save_interval_seconds": ckpt.save_interval_seconds,
                 "shorter_than_save_interval": note is not None,
+                "cycle_log_file": cycle_log_file(stuck[-1]),
             },
         )
     ]
@@ -292,7 +302,7 @@ def cycle_stalled(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
             detail=(
                 f"cycle started {utc_text(latest.start)}, checkpoint mtime "
                 f"{utc_text(mtime) or 'unknown'}; {human_seconds(quiet)} since the last {basis} "
-                f"(stall_seconds {human_seconds(cfg.stall_seconds)})"
+                f"(stall_seconds {human_seconds(cfg.stall_seconds)}){cycle_log_note(latest)}"
             ),
             runbook=(
                 "Look at the cycle log and the processes on the active nodes (hang, NCCL wait, "
@@ -305,6 +315,7 @@ def cycle_stalled(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
                 "checkpoint_mtime": iso_time(mtime),
                 "seconds_quiet": quiet,
                 "stall_seconds": cfg.stall_seconds,
+                "cycle_log_file": cycle_log_file(latest),
             },
         )
     ]
@@ -324,6 +335,8 @@ def restart_budget_low(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
     if latest.cycle_number < threshold - EPS:
         return []
     left = max(budget - latest.cycle_number, 0)
+    # The last restart's cause is in the log of the last cycle that ended.
+    failed = next((c for c in reversed(snap.cycles_of(latest.job_id)) if c.end is not None), None)
     return [
         Finding(
             detector="restart_budget_low",
@@ -336,7 +349,7 @@ def restart_budget_low(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
             detail=(
                 f"latest cycle {latest.key}; threshold max_restarts {budget} × budget_fraction "
                 f"{cfg.budget_fraction} = {threshold:g}; when the budget is spent the launcher "
-                f"exits and the generation ends"
+                f"exits and the generation ends{cycle_log_note(failed)}"
             ),
             runbook=(
                 "Find out why the job keeps restarting (restart_storm, suspect_node, cycle logs) "
@@ -349,6 +362,7 @@ def restart_budget_low(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
                 "budget_fraction": cfg.budget_fraction,
                 "threshold": threshold,
                 "restarts_left": left,
+                "cycle_log_file": cycle_log_file(failed),
             },
         )
     ]
@@ -473,7 +487,7 @@ def suspect_node(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
             detail=(
                 f"cycles {', '.join(keys)} each ran < {human_seconds(cfg.short_cycle_seconds)} "
                 f"({', '.join(human_seconds(d) for d in durations)}); "
-                f"{len(run)} short cycles in a row"
+                f"{len(run)} short cycles in a row{cycle_log_note(window[-1])}"
             ),
             runbook=(
                 "Correlation, not proof: check the nodes' health (dmesg, XID, GPU/NIC errors) "
@@ -489,6 +503,7 @@ def suspect_node(snap: Snapshot, cfg: WatchSettings) -> list[Finding]:
                 "short_cycle_seconds": cfg.short_cycle_seconds,
                 "short_run": len(run),
                 "drained": drained,
+                "cycle_log_file": cycle_log_file(window[-1]),
             },
             action=action,
         )

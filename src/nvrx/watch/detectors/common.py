@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from nvrx.config import WatchSettings
+from nvrx.display import printable
 from nvrx.slurm.hostlist import compress
 from nvrx.watch.model import ChainRef, CycleInfo, Finding, Platform, Snapshot
 
@@ -62,6 +63,34 @@ def human_seconds(seconds: float) -> str:
     if abs(seconds) < 7200:
         return f"{seconds / 60:.1f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+# A cycle's `cycle_log_file` comes from a file anyone who can write the work dir can write:
+# shown escaped and cut to this many characters, never opened.
+MAX_LOG_PATH_CHARS = 400
+MAX_PATH_CHARS = 4096  # PATH_MAX: in evidence, longer is no path (a 1 MiB cycle file could be one)
+
+
+def cycle_log(cycle: CycleInfo) -> str:
+    """The cycle's own log (`cycle_log_file`) as text to show: control characters escaped,
+    cut; "" when the launcher wrote none."""
+    text = printable(cycle.log_file[: MAX_LOG_PATH_CHARS + 1])  # escapes only lengthen it
+    return text if len(text) <= MAX_LOG_PATH_CHARS else text[: MAX_LOG_PATH_CHARS - 3] + "..."
+
+
+def cycle_log_file(cycle: CycleInfo | None) -> str | None:
+    """A cycle's `cycle_log_file` for evidence and `--json`: as the file has it (JSON escapes
+    it), None when there is none."""
+    if cycle is None or not cycle.log_file:
+        return None
+    path = cycle.log_file
+    return path if len(path) <= MAX_PATH_CHARS else path[: MAX_PATH_CHARS - 3] + "..."
+
+
+def cycle_log_note(cycle: CycleInfo | None) -> str:
+    """`; cycle log of <key>: <path>`, to end a finding's detail with ("" without one)."""
+    shown = cycle_log(cycle) if cycle is not None else ""
+    return f"; cycle log of {cycle.key}: {shown}" if cycle is not None and shown else ""
 
 
 def cycle_seconds(cycle: CycleInfo) -> float:
