@@ -51,15 +51,21 @@ def watch(
     *args: str,
     env: dict[str, str] | None = None,
     json_out: bool = True,
+    variant: str = "files",
 ) -> tuple[int, Any]:
-    """A `--platform none` pass over the recorded `scenario` laid out in tmp_path: its exit code
-    and its --json document (or, with json_out False, its screen)."""
+    """A pass over the recorded `scenario` laid out in tmp_path, with the arguments of one of
+    upstream's runs (`variant`: the files alone by default; Slurm's stand-ins answer for the
+    ended job when it asks Slurm): its exit code and its --json document (or, with json_out
+    False, its screen)."""
     work = tmp_path / "work"
     if not work.exists():
         recorder.layout(scenario, work)
     flags = ["--checkpoint-iteration-file", str(work / recorder.CHECKPOINTS[scenario][0])]
+    env = dict(env or {})
+    if recorder.asks_slurm(variant):
+        env["NVRX_SLURM_BIN_DIR"] = str(recorder.slurm_bin(scenario, tmp_path / "slurm-bin"))
     proc = nvrx_in_process(
-        "watch", "--platform", "none", "--work-dir", str(work),
+        "watch", *recorder.VARIANTS[variant], "--work-dir", str(work),
         "--state-dir", str(tmp_path / "state"), *flags, *(["--json"] if json_out else []), *args,
         env=clean_environ(env),
     )  # fmt: skip
@@ -138,6 +144,24 @@ def test_the_no_progress_verdict_shows_in_the_files_as_one_cycle_and_a_checkpoin
     assert latest["cycle_log_file"].endswith("/logs/app_cycle0.log")
     assert findings(doc) == [("spares_exhausted", "info")]
     assert code == 0
+
+
+def test_with_slurm_the_no_progress_runs_task_0_ending_is_the_no_restart_verdict(
+    tmp_path: Path,
+) -> None:
+    """Asked by job id once the job ended (accounting has it, nothing is queued), with the
+    work dir given because no nvrx manifest or readable batch script names its files:
+    exit 93 on task 0 is the verdict, and nothing is left to cancel, so no finding."""
+    code, doc = watch(tmp_path, "no-progress-exit-93", variant="slurm-job-ended")
+    assert doc["chain"]["name"] == recorder.JOB_NAME  # the job id named the chain
+    (ending,) = doc["snapshot"]["platform"]["task0_endings"]
+    assert (ending["job_id"], ending["exit"], ending["no_restart"]) == ("7300", "93:0", True)
+    assert doc["snapshot"]["platform"]["generations"] == []
+    assert (doc["findings"], code) == ([], 0)
+    _, screen = watch(
+        tmp_path, "no-progress-exit-93", "--dry-run", json_out=False, variant="slurm-job-ended"
+    )
+    assert "task 0 endings: 7300 FAILED 93:0 (no-restart verdict)" in screen
 
 
 def test_a_node_leaving_on_its_storage_check_is_the_restart_into_cycle_1(tmp_path: Path) -> None:
@@ -243,33 +267,30 @@ def upstream_runs() -> list[tuple[str, str, dict[str, Any]]]:
 def test_nvrx_finds_what_upstreams_watcher_found_on_the_same_files(
     tmp_path: Path, scenario: str, variant: str, upstream: dict[str, Any]
 ) -> None:
-    """Same detectors, same severities, same keys, and the exit code through the mapping. No
-    difference on these files is deliberate: where nvrx differs on purpose (docs/watch.md's
-    improvements: the storm reset, one suspect_node finding per generation, stand-downs once a
-    generation ended), these runs do not reach it."""
-    extra = recorder.VARIANTS[variant]
-    code, doc = watch(tmp_path, scenario, "--dry-run", "--exit-codes", "upstream", *extra)
+    """Same detectors, same severities, same keys, and the exit code through the mapping; on the
+    files alone and with Slurm answering for the ended job. No difference on these runs is
+    deliberate: where nvrx differs on purpose (docs/watch.md's improvements: the storm reset, one
+    suspect_node finding per generation, stand-downs once a generation ended, chain_exhausted
+    from a manifest), these runs do not reach it."""
+    code, doc = watch(tmp_path, scenario, "--dry-run", "--exit-codes", "upstream", variant=variant)
     theirs = sorted(
         (upstream_detector(f["key"]), f["severity"], f["key"]) for f in upstream["findings"]
     )
     ours = sorted((f["detector"], f["severity"], f["key"]) for f in doc["findings"])
     assert ours == theirs
     assert code == upstream["exit_code"]
-    code, _ = watch(tmp_path, scenario, "--dry-run", *extra)
+    code, _ = watch(tmp_path, scenario, "--dry-run", variant=variant)
     assert code == NVRX_EXIT_OF_UPSTREAM[upstream["exit_code"]]
 
 
 def test_upstreams_answers_were_recorded_on_the_files_these_tests_read() -> None:
-    """Each recording's command is the one `upstream_watch.py` runs: the files alone, the
-    scenario's checkpoint file, the variant's flags."""
+    """Each recording's command is the one `upstream_watch.py` runs, and these tests give nvrx:
+    the variant's arguments, the work dir, the scenario's checkpoint file."""
     for scenario, variant, run in upstream_runs():
         relative, _ = recorder.CHECKPOINTS[scenario]
-        assert run["command"][:10] == [
-            "python3", "-m", "nvrx_watch", "--platform", "none", "--work-dir", "<work>",
+        assert run["command"] == [
+            "python3", "-m", "nvrx_watch", *recorder.VARIANTS[variant], "--work-dir", "<work>",
             "--state-dir", "<state>", "--dry-run",
+            "--checkpoint-iteration-file", f"<work>/{relative}",
         ]  # fmt: skip
-        assert run["command"][10:] == [
-            "--checkpoint-iteration-file",
-            f"<work>/{relative}",
-            *recorder.VARIANTS[variant],
-        ]
+        assert (run["slurm"] is not None) == recorder.asks_slurm(variant)

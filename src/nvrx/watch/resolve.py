@@ -136,6 +136,20 @@ def resolve(
         if missing is not None:
             raise WatchError(f"--work-dir {over.work_dir}: {missing}")
         target = _from_work_dir(Path(os.path.realpath(over.work_dir)))
+        if (
+            target.chain.name is None
+            and over.job_name is None
+            and over.job_id is not None
+            and slurm is not None
+            and over.platform == "slurm"
+        ):
+            # No manifest names the chain: the job id does, as when its script cannot be read
+            # (the error below sends the user here with --work-dir).
+            try:
+                job_id = check_job_id(over.job_id)
+            except SlurmValueError as exc:
+                raise WatchError(str(exc)) from None
+            name, user, _, _ = _from_slurm(job_id, slurm)
     elif over.job_id is not None and slurm is not None and over.platform == "slurm":
         try:
             job_id = check_job_id(over.job_id)

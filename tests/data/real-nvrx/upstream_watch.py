@@ -7,6 +7,13 @@ scenario had it, holding what it held), and the watcher is run on the files alon
 (`--platform none --dry-run`: no Slurm, nothing paged, no state written). `layout` is also
 what tests/test_watch_real_nvrx.py builds nvrx's work dirs with, so both read the same tree.
 
+A second kind of run asks Slurm too, as a login node would once the job has ended: stand-in
+`squeue`, `sinfo`, `scontrol` and `sacct` (`slurm_bin`, this file run as `standin CMD`) answer
+for the finished array job 7300 (job name `nvrx-real`, one task per launcher, each task's exit
+code the launcher's in scenario.json, task 0 from the first cycle's start - 4 s to the last
+cycle's end + 1 s): nothing queued, no drained node, the controller has forgotten the job, and
+accounting has its tasks.
+
     python3 tests/data/real-nvrx/upstream_watch.py WATCH_DIR COMMIT
 
 WATCH_DIR is upstream's examples/fault_tolerance/deployment/watch/ (the directory holding
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -28,9 +36,21 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = ("restart-after-exception", "no-progress-exit-93", "storage-check-node-leaves")
-# The runs of each scenario: the files alone, and with the launcher's --max-restarts told to
-# the watcher as 1 (so the restart-budget detector has something to say of a restart).
-VARIANTS: dict[str, list[str]] = {"files": [], "max-restarts-1": ["--max-restarts", "1"]}
+JOB, JOB_NAME = "7300", "nvrx-real"
+# The runs of each scenario, by the arguments that differ: the files alone; the same with the
+# launcher's --max-restarts told to the watcher as 1 (so the restart-budget detector has a
+# restart to speak of); and the job id, with Slurm (the stand-ins) answering for the ended job.
+VARIANTS: dict[str, list[str]] = {
+    "files": ["--platform", "none"],
+    "max-restarts-1": ["--platform", "none", "--max-restarts", "1"],
+    "slurm-job-ended": [JOB],
+}
+
+
+def asks_slurm(variant: str) -> bool:
+    return "--platform" not in VARIANTS[variant]
+
+
 # What the recorded runs' iteration files held at the end: the worker's last save, or the
 # recorder's static file that never advanced (record.py).
 CHECKPOINTS = {
@@ -68,6 +88,82 @@ def layout(scenario: str, work: Path) -> list[str]:
     return ["--checkpoint-iteration-file", str(ckpt)]
 
 
+def _tasks(scenario: str) -> list[dict[str, object]]:
+    """The finished job's tasks as accounting would keep them (the module docstring)."""
+    run = json.loads((HERE / scenario / "scenario.json").read_text())
+    infos = [
+        json.loads(p.read_text())
+        for p in sorted((HERE / scenario / "cycle_infos").iterdir())
+        if not p.name.endswith(".current")
+    ]
+    start = _utc(infos[0]["cycle_start_time"]) - 4
+    end = max(_utc(i["cycle_end_time"]) for i in infos) + 1
+    return [
+        {"task": t, "exit": code, "start": start, "end": end}
+        for t, code in enumerate(run["exit_codes"])
+    ]
+
+
+def _slurm_time(stamp: float) -> str:
+    """A time as sacct prints it: epoch seconds under SLURM_TIME_FORMAT=%s, else local ISO."""
+    if os.environ.get("SLURM_TIME_FORMAT") == "%s":
+        return str(int(stamp))
+    return datetime.fromtimestamp(stamp).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _option(args: list[str], *names: str) -> str | None:
+    for i, arg in enumerate(args):
+        for name in names:
+            if arg == name and i + 1 < len(args):
+                return args[i + 1]
+            if name.startswith("--") and arg.startswith(name + "="):
+                return arg[len(name) + 1 :]
+    return None
+
+
+def standin(command: str, scenario: str, args: list[str]) -> int:
+    """What Slurm answers about the finished job (the module docstring)."""
+    if command in ("squeue", "sinfo"):
+        return 0  # nothing queued, no node drained (and -o %N lists none we need)
+    if command == "scontrol":
+        print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
+        return 1
+    asked = _option(args, "-j", "--jobs")
+    name = _option(args, "--name")
+    if (asked is not None and asked.split("_")[0] != JOB) or name not in (None, JOB_NAME):
+        return 0
+    fields = (_option(args, "-o", "--format") or "JobID,State,ExitCode").split(",")
+    user = pwd.getpwuid(os.getuid()).pw_name
+    for t in _tasks(scenario):
+        code = int(t["exit"])  # type: ignore[call-overload]
+        row = {
+            "JobID": f"{JOB}_{t['task']}",
+            "JobIDRaw": str(int(JOB) + int(t["task"])),  # type: ignore[call-overload]
+            "State": "COMPLETED" if code == 0 else "FAILED",
+            "ExitCode": f"{code}:0",
+            "Start": _slurm_time(float(t["start"])),  # type: ignore[arg-type]
+            "End": _slurm_time(float(t["end"])),  # type: ignore[arg-type]
+            "NodeList": "localhost",
+            "User": user,
+            "JobName": JOB_NAME,
+        }
+        print("|".join(row.get(f, "") for f in fields))
+    return 0
+
+
+def slurm_bin(scenario: str, where: Path, python: str = sys.executable) -> Path:
+    """A directory of stand-in Slurm commands answering for the recorded `scenario`."""
+    where.mkdir(parents=True, exist_ok=True)
+    for command in ("squeue", "sinfo", "scontrol", "sacct"):
+        path = where / command
+        path.write_text(
+            f"#!/bin/sh\nexec '{python}' '{Path(__file__).resolve()}' standin {command} "
+            f'{scenario} "$@"\n'
+        )
+        path.chmod(0o755)
+    return where
+
+
 def _findings(stdout: str, work: Path) -> list[dict[str, str]]:
     """The findings of the watcher's log lines (`<date> <time> [DRY] <LEVEL> <message>`): a
     message `[SEVERITY] key summary`, then one indented message, its detail."""
@@ -86,14 +182,17 @@ def _findings(stdout: str, work: Path) -> list[dict[str, str]]:
     return [{k: v.replace(str(work), "<work>") for k, v in f.items()} for f in found]
 
 
-def run(watch_dir: Path, scenario: str, extra: list[str]) -> dict[str, object]:
+def run(watch_dir: Path, scenario: str, variant: str) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="upwatch-") as tmp:
         work, state = Path(tmp) / "work", Path(tmp) / "state"
         flags = layout(scenario, work)
-        argv = ["--platform", "none", "--work-dir", str(work), "--state-dir", str(state),
-                "--dry-run", *flags, *extra]  # fmt: skip
+        argv = [*VARIANTS[variant], "--work-dir", str(work), "--state-dir", str(state),
+                "--dry-run", *flags]  # fmt: skip
         env = {k: v for k, v in os.environ.items() if not k.startswith("NVRX_")}
-        env.update(HOME=tmp, PYTHONPATH=str(watch_dir))
+        env.update(HOME=tmp, PYTHONPATH=str(watch_dir), TZ="UTC")
+        if asks_slurm(variant):
+            standins = slurm_bin(scenario, Path(tmp) / "bin")
+            env["PATH"] = f"{standins}{os.pathsep}{env.get('PATH', '')}"
         proc = subprocess.run(
             [sys.executable, "-m", "nvrx_watch", *argv],
             capture_output=True, text=True, env=env, timeout=60, check=False,
@@ -101,19 +200,22 @@ def run(watch_dir: Path, scenario: str, extra: list[str]) -> dict[str, object]:
         shown = [a.replace(str(work), "<work>").replace(str(state), "<state>") for a in argv]
         return {
             "command": ["python3", "-m", "nvrx_watch", *shown],
+            "slurm": "stand-ins answering for the ended job" if asks_slurm(variant) else None,
             "exit_code": proc.returncode,
             "findings": _findings(proc.stdout, work),
         }
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["standin"] and len(sys.argv) >= 4:
+        return standin(sys.argv[2], sys.argv[3], sys.argv[4:])
     if len(sys.argv) != 3 or not (Path(sys.argv[1]) / "nvrx_watch").is_dir():
         print("usage: upstream_watch.py WATCH_DIR COMMIT (WATCH_DIR holds nvrx_watch/)",
               file=sys.stderr)  # fmt: skip
         return 2
     watch_dir, commit = Path(sys.argv[1]).resolve(), sys.argv[2]
     for scenario in SCENARIOS:
-        runs = {name: run(watch_dir, scenario, extra) for name, extra in VARIANTS.items()}
+        runs = {variant: run(watch_dir, scenario, variant) for variant in VARIANTS}
         record = {"upstream_commit": commit, "python": sys.version.split()[0], "runs": runs}
         out = HERE / scenario / "upstream-watch.json"
         out.write_text(json.dumps(record, indent=2) + "\n")
