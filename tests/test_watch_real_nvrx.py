@@ -177,6 +177,17 @@ def test_a_node_leaving_on_its_storage_check_is_the_restart_into_cycle_1(tmp_pat
     assert code == 0
 
 
+def test_on_a_cluster_the_same_files_name_nodes_as_hostlists_or_comma_lists(tmp_path: Path) -> None:
+    """Off one host, NVRx writes Slurm hostlists (a comma list where names do not compress),
+    and a spare standing by in standby_nodes: the recorded file so, read as it is."""
+    watch(tmp_path, "restart-after-exception")
+    rewrite(tmp_path, 1, active_nodes="node[001-002],gpu7", standby_nodes="node003")
+    _, doc = watch(tmp_path, "restart-after-exception")
+    latest = doc["snapshot"]["latest_cycle"]
+    assert (latest["active_nodes"], latest["standby_nodes"]) == ("gpu7,node[001-002]", "node003")
+    assert findings(doc) == []  # a spare stands by: spares_exhausted has nothing to say
+
+
 # ------------------------------------------------------------- the cycle log in restart findings
 
 
