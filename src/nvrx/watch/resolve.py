@@ -22,9 +22,7 @@ from typing import Any
 
 from nvrx.chain.manifest import ChainManifest, manifest_path, read_manifest
 from nvrx.chain.shape import ChainError, drain_poll_on
-from nvrx.config import (
-    WatchSettings,
-)
+from nvrx.config import WatchSettings
 from nvrx.files import InputError, decode_text, read_bounded, write_atomic
 from nvrx.slurm import JobForgotten, Slurm, SlurmError, SlurmValueError
 from nvrx.slurm.ids import check_job_id
@@ -129,32 +127,20 @@ def resolve(
         )
 
     target: Target | None = None
-    name = user = None
-    if over.work_dir is not None:
-        # Not there: a typo (bad input); there but unreadable or empty: blind (observe).
-        missing = not_a_directory(over.work_dir)
-        if missing is not None:
-            raise WatchError(f"--work-dir {over.work_dir}: {missing}")
-        target = _from_work_dir(Path(os.path.realpath(over.work_dir)))
-        if (
-            target.chain.name is None
-            and over.job_name is None
-            and over.job_id is not None
-            and slurm is not None
-            and over.platform == "slurm"
-        ):
-            # No manifest names the chain: the job id does, as when its script cannot be read
-            # (the error below sends the user here with --work-dir).
-            try:
-                job_id = check_job_id(over.job_id)
-            except SlurmValueError as exc:
-                raise WatchError(str(exc)) from None
-            name, user, _, _ = _from_slurm(job_id, slurm)
-    elif over.job_id is not None and slurm is not None and over.platform == "slurm":
+    name = user = job_id = None
+    if over.job_id is not None and slurm is not None and over.platform == "slurm":
         try:
             job_id = check_job_id(over.job_id)
         except SlurmValueError as exc:
             raise WatchError(str(exc)) from None
+    if over.work_dir is not None:
+        # Not there: a typo (bad input); there but unreadable or empty: blind (observe).
+        if (missing := not_a_directory(over.work_dir)) is not None:
+            raise WatchError(f"--work-dir {over.work_dir}: {missing}")
+        target = _from_work_dir(Path(os.path.realpath(over.work_dir)))
+        if job_id is not None and slurm is not None and not (target.chain.name or over.job_name):
+            name, user, _, _ = _from_slurm(job_id, slurm)  # no manifest names it: the job does
+    elif job_id is not None and slurm is not None:
         remembered = _recall(settings, job_id)
         try:
             name, user, script, work = _from_slurm(job_id, slurm)
