@@ -115,7 +115,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from nvrx.analyze import logcycles, logscan
+from nvrx.analyze import launcherlog, logcycles, logscan
+from nvrx.analyze.launcherlog import LauncherAccount, LauncherReader, Shape
 from nvrx.analyze.logcycles import CycleSpan, CycleSplitter
 from nvrx.analyze.logscan import (
     INNER_LABEL,
@@ -296,6 +297,8 @@ class LogAttribution:
     # Each restart cycle of the log and its own attribution (one for a log of one cycle); the
     # fields above are the job's: the last cycle's, with the repeat rule (`_job`).
     cycles: tuple[CycleAttribution, ...] = ()
+    # What NVRx's launcher said of the cycle (its verdict, who left), when the log holds its lines.
+    launcher: LauncherAccount | None = None
 
     @property
     def category(self) -> Category:
@@ -316,7 +319,11 @@ class LogAttribution:
     def _fields(self, labelled: bool = False) -> str:
         saved = f"{CHECKPOINT_LABEL if labelled else ''}{self.checkpoint_saved}"
         if self.decision in (NO_LOGS, ERRORS_NOT_FOUND):
-            return "\n".join([self.decision] * 4 + [saved])
+            # The launcher's account of a cycle nothing failed in (a node that left, its
+            # restart) takes the explanation's place; the other fields keep the sentinel.
+            tells = self.launcher is not None and self.launcher.tells and self.explanation
+            said = [self.explanation] if tells else [self.decision]
+            return "\n".join([self.decision, *said, self.decision, self.decision, saved])
         primary = "; ".join(i.description for i in self.primary)
         secondary = "; ".join(i.description for i in self.secondary)
         attribution = f"Attribution: Primary issues: [{primary}], Secondary issues: [{secondary}]"
@@ -338,6 +345,7 @@ class LogAttribution:
             "checkpoint_saved": self.checkpoint_saved,
             "rules": list(self.rules),
             "cycles": [c.to_json() for c in self.cycles],
+            "launcher": self.launcher.to_json() if self.launcher is not None else None,
         }
 
 
@@ -365,6 +373,7 @@ class CycleAttribution:
             "explanation": a.explanation,
             "evidence_lines": [e.line for e in a.evidence],
             "checkpoint_saved": a.checkpoint_saved,
+            "launcher": a.launcher.to_json() if a.launcher is not None else None,
         }
 
 
@@ -545,16 +554,19 @@ _KEYWORDS = (
     "global interpreter", "segmentation", "sigsegv", "core dumped", "sigabrt", "aborted",
     "traceback",
 )  # fmt: skip
-KEYWORDS = gate_words(_KEYWORDS, logscan.KEYWORDS, logcycles.KEYWORDS, MARKER_WORDS)
+KEYWORDS = gate_words(
+    _KEYWORDS, logscan.KEYWORDS, logcycles.KEYWORDS, launcherlog.KEYWORDS, MARKER_WORDS
+)
 
 
 class _Reader:
     """The facts and logscan's scan of a log, fed its lines (logscan.LineReader)."""
 
-    def __init__(self, tasks: _TaskIds) -> None:
+    def __init__(self, tasks: _TaskIds, shape: Shape) -> None:
         self.facts = _Facts()
         self.tasks = tasks  # the log's, shared by its cycles' readers
         self.scan = Scan()
+        self.launcher = LauncherReader(shape)  # NVRx's launcher lines (shape: the log's)
         self.open: dict[int, _TracebackReader] = {}  # ranks inside a traceback
         self.text = False  # a line with text has been read
 
@@ -567,7 +579,11 @@ class _Reader:
         if blinded is None:  # ground truth: the line is not in the log the rules read
             return
         self.text = self.text or bool(blinded.strip())
-        self.scan.feed(no, blinded)
+        said = self.launcher.feed(no, blinded)
+        if said is None or said[0] not in ("verdict", "leave"):
+            # The launcher's verdicts and a node's departure on its health check are how the
+            # launcher handled a cycle (its account), not a failure of the training.
+            self.scan.feed(no, blinded, rank=said[1] if said is not None else None)
         line = _line(no, blinded)
         self._facts(line)
         if line.rank is None:
@@ -909,17 +925,69 @@ def attribute_blocks(blocks: Iterable[str], *, gate: bool = True) -> LogAttribut
     `gate=False` reads every line, not only those that hold a keyword (the tests' check that
     the gate changes nothing)."""
     unfed = [True]  # a cycle that ends before the log does holds its marker line: never empty
+    accounts: list[LauncherAccount] = []  # the cycles' accounts so far (the last one is read)
 
     def close(reader: _Reader, _: CycleSpan) -> LogAttribution:
-        return _attribute(reader, unfed[0])
+        account = reader.launcher.account()
+        previous = accounts[-1] if accounts else None
+        accounts[:] = [account]
+        return _with_launcher(_attribute(reader, unfed[0]), account, previous)
 
-    tasks = _TaskIds()
-    splitter: CycleSplitter[_Reader, LogAttribution] = CycleSplitter(lambda: _Reader(tasks), close)
+    tasks, shape = _TaskIds(), Shape()
+    splitter: CycleSplitter[_Reader, LogAttribution] = CycleSplitter(
+        lambda: _Reader(tasks, shape), close
+    )
     unfed[0], lines = feed_blocks(blocks, splitter, KEYWORDS, gate=gate)
     cycles = tuple(CycleAttribution(span, a) for span, a in splitter.finish(lines))
+    unread = _unread_note(splitter)
     if len(cycles) == 1:
-        return replace(cycles[0].attribution, cycles=cycles)
-    return _job(cycles, splitter.capped)
+        one = cycles[0].attribution
+        if unread:
+            one = replace(one, detail=_joined(one.detail, unread))
+        return replace(one, cycles=(CycleAttribution(cycles[0].span, one),))
+    job = _job(cycles, splitter.capped)
+    return replace(job, detail=_joined(job.detail, unread)) if unread else job
+
+
+def _joined(detail: str, note: str) -> str:
+    return f"{detail} | {note}" if detail and detail not in (ERRORS_NOT_FOUND, NO_LOGS) else note
+
+
+def _unread_note(splitter: CycleSplitter[Any, Any]) -> str:
+    """The `Cycle:` lines that said no cycle, named (never dropped silently)."""
+    if not splitter.unread_count:
+        return ""
+    lines = logscan.lines_text(splitter.unread, splitter.unread_count)
+    return (
+        f"note: {splitter.unread_count} `Cycle:` line(s) began no cycle ({lines}): cut before "
+        "their event's name, or a cycle number no job reaches"
+    )
+
+
+def _with_launcher(
+    a: LogAttribution, account: LauncherAccount, previous: LauncherAccount | None
+) -> LogAttribution:
+    """A cycle's attribution with what NVRx's launcher said of it: its restart or its
+    no-restart verdict, and the nodes that left. The launcher's no-restart verdict (EARLY
+    TERMINATION: no progress in K cycles) stops the job whatever the cause: a restart would
+    meet a job that does not advance (docs/log-attribution-policy.md, NVRx's launcher log)."""
+    if not account.said:
+        return a
+    said = account.explain(previous)
+    decision, rules = a.decision, (*a.rules, "launcher: NVRx's own account of the cycle")
+    explanation = a.explanation
+    if account.verdict == "stop" and decision in (RESTART, ERRORS_NOT_FOUND):
+        decision = STOP
+        rules = (*rules, "launcher: its no-restart verdict stops the job")
+        explanation = f"Stop job: the launcher's no-restart verdict. {explanation}".strip()
+    if a.fault_class is not None and account.app_logs:
+        # The launcher's log holds no worker's output: where this cycle's is, for its traceback.
+        said = f"{said} The workers' output of this cycle: {', '.join(account.app_logs)}.".strip()
+    if said:
+        explanation = f"{explanation} {said}".strip() if explanation else said
+    return replace(
+        a, decision=decision, explanation=_defuse(explanation), rules=rules, launcher=account
+    )
 
 
 def _attribute(reader: _Reader, unfed_text: bool) -> LogAttribution:

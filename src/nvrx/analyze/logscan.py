@@ -639,7 +639,9 @@ class Scan:
             or self.in_root_cause  # its `time :` field holds no keyword
         )
 
-    def feed(self, no: int, line: str) -> None:
+    def feed(self, no: int, line: str, *, rank: int | None = None) -> None:
+        """Read one line; `rank`: the rank another reader knows the line is about (NVRx's
+        launcher names a worker by its pid and local rank, not by its rank)."""
         text = line[:MAX_LINE]
         if self.unended_unranked and text.strip():
             # A header whose rank prefix an excerpt cut: its first frame's prefix says it.
@@ -716,6 +718,8 @@ class Scan:
         when = self.entry_when if self.in_root_cause and self.entry_when else line_time(text)
         f = replace(f, when=when)
         self.unended = None
+        if f.rank is None and rank is not None:
+            f = replace(f, rank=rank)
         if f.rank is None and self.context is not None:
             f = replace(f, rank=self.context)
         if f.fault == "NCCL_ERROR" and not field_line and _NCCL_RAISED.search(text):
