@@ -95,6 +95,7 @@ _EXIT = re.compile(
 )
 _NPROC = re.compile(r"\bUsing nproc_per_node=(\d{1,9})\.")
 _APPLOG = re.compile(r"\bwriting to (\S{1,1000}) \(gRPC mode\)|\bwriting to (\S{1,1000}\.log)\b")
+_GLOG_PID = re.compile(r"[EWIF]\d{4} [\d:.]{8,20} +(\d{1,9}) ")
 # NVRx names a node `<host>_<pid>_<local id>`: the pid ties torch's own lines to the node.
 _NODE_PID = re.compile(r"_(\d{1,9})_\d{1,9}$")
 
@@ -142,14 +143,27 @@ class Shape:
     node_of_pid: dict[int, str] = field(default_factory=dict)
     group_rank: dict[str, int] = field(default_factory=dict)
     node_of_launcher: dict[int, str] = field(default_factory=dict)
+    launcher_of_pid: dict[int, int] = field(default_factory=dict)
 
     def note_node(self, node: str, launcher: int | None) -> None:
+        pid = None
         if (m := _NODE_PID.search(node)) is not None and len(self.node_of_pid) < MAX_NODES:
             pid = small_int(m.group(1))
             if pid is not None:
                 self.node_of_pid.setdefault(pid, node)
         if launcher is not None and len(self.node_of_launcher) < MAX_NODES:
             self.node_of_launcher.setdefault(launcher, node)
+            if pid is not None:
+                self.launcher_of_pid.setdefault(pid, launcher)
+
+    def launcher(self, text: str) -> int | None:
+        """The launcher a line is from: its log-server tag (`infra:1(?)`), else, for torch's
+        own lines (`E1208 00:03:38.890000 6640 ...]`), the launcher whose node has that pid."""
+        tag = launcher_of(text)
+        if tag is None and (m := _GLOG_PID.match(text)) is not None:
+            pid = small_int(m.group(1))
+            return self.launcher_of_pid.get(pid) if pid is not None else None
+        return tag
 
     def rank_of(self, pid: int, local_rank: int) -> int | None:
         """The global rank of the worker `local_rank` of the launcher of `pid`, if known."""

@@ -935,7 +935,7 @@ def attribute_blocks(blocks: Iterable[str], *, gate: bool = True) -> LogAttribut
 
     tasks, shape = _TaskIds(), Shape()
     splitter: CycleSplitter[_Reader, LogAttribution] = CycleSplitter(
-        lambda: _Reader(tasks, shape), close
+        lambda: _Reader(tasks, shape), close, shape.launcher
     )
     unfed[0], lines = feed_blocks(blocks, splitter, KEYWORDS, gate=gate)
     cycles = tuple(CycleAttribution(span, a) for span, a in splitter.finish(lines))

@@ -35,10 +35,12 @@ from nvrx.limits import small_int
 # ft_launcher's profiling event, as NVRx and the rehearsal launcher print it (`Cycle: N Event:
 # NAME`), and the older `profiling.py:... Cycle: N` form. More digits than a number may have are
 # read, so that a huge number is said to begin nothing rather than cut to its first digits.
-_EVENT = re.compile(r"\bCycle:\s*(\d{1,40})\s+Event:\s*(\w+)")
-_OLDER = re.compile(r"profiling\.py:.*\bCycle:\s*(\d{1,40})(?!\d)(?!\s+E)")
-# A `Cycle:` line cut before its event's name (a log cut mid-line, a partial write).
-_CUT = re.compile(r"\bCycle:\s*\d{0,40}\s*(?:E(?:v(?:e(?:n(?:t:?)?)?)?)?)?\s*$")
+# Possessive quantifiers: a run of blanks is never given back, so a line of 4 KiB of blanks
+# and `Cycle:` costs one pass.
+_EVENT = re.compile(r"\bCycle:[ \t]*+(\d{1,40})[ \t]++Event:[ \t]*+(\w+)")
+_OLDER = "profiling.py:"
+# More digits than a cycle number may have (nvrx.limits.MAX_DIGITS): a garbled line, no cycle.
+_LONG = re.compile(r"\bCycle:[ \t]*+\d{10}")
 # NVRx counts a cycle at its failure: `failure_detected` already names the next cycle, and the
 # workers' stop after it belongs to the cycle that failed. The next cycle begins at its
 # rendezvous (any other event).
@@ -70,7 +72,9 @@ def read_marker(line: str) -> Marker | None:
     line), `("ends", N)` for an event of the end of a cycle (NVRx's N is already the next
     cycle's), `("unread", None)` for a `Cycle:` line that says no cycle (cut before its event's
     name, or a number of more than MAX_DIGITS digits), or None."""
-    if "ycle:" in line:
+    if "Cycle:" in line:
+        if ("Event:" in line or "profiling.py:" in line) and _LONG.search(line) is not None:
+            return "unread", None
         if (m := _EVENT.search(line)) is not None:
             number = small_int(m.group(1))
             if number is None:
@@ -81,14 +85,22 @@ def read_marker(line: str) -> Marker | None:
             if name not in STARTING_EVENTS and any(e.startswith(name) for e in _KNOWN_EVENTS):
                 return "unread", None  # the name cut short: which event it was is unknown
             return "begins", number  # a start event, or a newer launcher's event
-        if _CUT.search(line) is not None:
-            return "unread", None
-        if (m := _OLDER.search(line)) is not None:
-            number = small_int(m.group(1))
-            return ("unread", None) if number is None else ("begins", number)
+        if _OLDER in line or "- Cycle:" in line:  # the launcher's profiling line
+            digits, after = _after_cycle(line)
+            if not (digits or after) or (digits and after and "Event:".startswith(after)):
+                return "unread", None  # cut before its event's name (a partial write)
+            if digits and _OLDER in line:
+                return "begins", int(digits)  # at most 9 digits (_LONG)
     if _NEW_RUN in line:
         return "begins", -1
     return None
+
+
+def _after_cycle(line: str) -> tuple[str, str]:
+    """The digits after a line's last `Cycle:` and the text after them (stripped)."""
+    rest = line[line.rfind("Cycle:") + len("Cycle:") :].lstrip(" \t")
+    digits = len(rest) - len(rest.lstrip("0123456789"))
+    return rest[:digits], rest[digits:].strip()
 
 
 def marker(line: str) -> int | None:
@@ -126,8 +138,13 @@ class CycleSplitter(Generic[R, T]):
     read with that cycle. A line without a launcher's tag is the launcher's of the line before it
     (the log server writes a launcher's lines together). Spans still tile the log by position."""
 
-    def __init__(self, new: Callable[[], R], close: Callable[[R, CycleSpan], T]) -> None:
-        self._new, self._close = new, close
+    def __init__(
+        self,
+        new: Callable[[], R],
+        close: Callable[[R, CycleSpan], T],
+        launcher: Callable[[str], int | None] = launcher_of,
+    ) -> None:
+        self._new, self._close, self._launcher_of = new, close, launcher
         self._reader = new()
         self._number: int | None = None  # None until the first marker names one
         self._first = 1
@@ -148,7 +165,7 @@ class CycleSplitter(Generic[R, T]):
         return self._reader.every_line or (previous is not None and previous[0].every_line)
 
     def feed(self, no: int, line: str) -> None:
-        tag = launcher_of(line)
+        tag = self._launcher_of(line)
         if tag is not None:
             self._launcher = tag
         found = read_marker(line)
