@@ -8,6 +8,7 @@ NVRx's launcher log)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -361,3 +362,49 @@ def test_hostile_launcher_lines_are_read_in_one_pass_and_bounded() -> None:
     assert result.launcher.verdict is None  # no line above is a whole decision
     assert rank_mentions(result.explanation) == set()
     assert "1 `Cycle:` line(s) began no cycle" in result.detail  # the one cut, named
+
+
+def srun_labelled(scenario: str) -> str:
+    """A recorded launcher log as srun --label would show the launchers' consoles (no
+    `--ft-nvrx-logfile`): each line behind its launcher's task id, torch's own lines behind the
+    task of the launcher whose pid they carry."""
+    text = (REAL / scenario / "logs" / "nvrx.log").read_text(encoding="utf-8")
+    task_of_pid = {
+        m.group(2): m.group(1)
+        for m in re.finditer(r"infra:(\d+)\(\?\)\] \S+ The node '\w+?_(\d+)_0'", text)
+    }
+    out, task = [], "0"
+    for line in text.splitlines():
+        if (m := re.search(r"infra:(\d+)\(", line)) is not None:
+            task = m.group(1)
+        elif (m := re.match(r"[EW]\d{4} \S+ (\d+) ", line)) is not None:
+            task = task_of_pid[m.group(1)]
+        out.append(f"{task}: {line}")
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("scenario", "answers"),
+    [
+        ("restart-after-exception", [(STOP, 1, "restart"), (ERRORS_NOT_FOUND, None, None)]),
+        ("no-progress-exit-93", [(STOP, 1, "stop")]),
+        ("storage-check-node-leaves", [(STOP, 0, "restart"), (ERRORS_NOT_FOUND, None, None)]),
+    ],
+)
+def test_the_launchers_console_under_srun_reads_as_its_log_file(
+    scenario: str, answers: list[tuple[str, int | None, str | None]]
+) -> None:
+    """srun's task ids on a launcher's lines are launchers, not ranks: the rank of a worker's
+    exit is its node's group rank."""
+    result = attribute_log(srun_labelled(scenario))
+    got = [
+        (
+            c.attribution.decision,
+            c.attribution.root_rank,
+            c.attribution.launcher.verdict if c.attribution.launcher else None,
+        )
+        for c in result.cycles
+    ]
+    assert got == answers
+    plain = analysed(scenario)
+    assert [c.span for c in result.cycles] == [c.span for c in plain.cycles]

@@ -95,7 +95,8 @@ _EXIT = re.compile(
 )
 _NPROC = re.compile(r"\bUsing nproc_per_node=(\d{1,9})\.")
 _APPLOG = re.compile(r"\bwriting to (\S{1,1000}) \(gRPC mode\)|\bwriting to (\S{1,1000}\.log)\b")
-_GLOG_PID = re.compile(r"[EWIF]\d{4} [\d:.]{8,20} +(\d{1,9}) ")
+# torch's own line (glog's form: level, date, time, pid), behind srun's label when it has one.
+_GLOG_PID = re.compile(r"(?: {0,8}\d{1,9}: )?[EWIF]\d{4} [\d:.]{8,20} +(\d{1,9}) ")
 # NVRx names a node `<host>_<pid>_<local id>`: the pid ties torch's own lines to the node.
 _NODE_PID = re.compile(r"_(\d{1,9})_\d{1,9}$")
 

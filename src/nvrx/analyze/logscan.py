@@ -640,8 +640,9 @@ class Scan:
         )
 
     def feed(self, no: int, line: str, *, rank: int | None = None) -> None:
-        """Read one line; `rank`: the rank another reader knows the line is about (NVRx's
-        launcher names a worker by its pid and local rank, not by its rank)."""
+        """Read one line; `rank`: the rank another reader knows the line is about, over any the
+        line itself seems to say (NVRx's launcher names a worker by its node and local rank; an
+        srun label on a launcher's line is the launcher's task, not a rank)."""
         text = line[:MAX_LINE]
         if self.unended_unranked and text.strip():
             # A header whose rank prefix an excerpt cut: its first frame's prefix says it.
@@ -718,7 +719,7 @@ class Scan:
         when = self.entry_when if self.in_root_cause and self.entry_when else line_time(text)
         f = replace(f, when=when)
         self.unended = None
-        if f.rank is None and rank is not None:
+        if rank is not None:
             f = replace(f, rank=rank)
         if f.rank is None and self.context is not None:
             f = replace(f, rank=self.context)
