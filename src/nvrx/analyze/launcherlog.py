@@ -90,13 +90,13 @@ _JOINING = re.compile(
     r"\bThe node '([^'\s]{1,200})' attempts to join the next round of the rendezvous"
 )
 _EXIT = re.compile(
-    r"(?<!\w)[EWIF]\d{4} [\d:.]{8,20} +(\d{1,9}) [^\]]{0,200}\] failed \(exitcode: (-?\d{1,9})\)"
+    r"(?<!\w)[EWIF]\d{4} [\d:.]{8,20} ++(\d{1,9}) [^\]]{0,200}\] failed \(exitcode: (-?\d{1,9})\)"
     r" local_rank: (\d{1,9}) \(pid: \d{1,9}\)"
 )
 _NPROC = re.compile(r"\bUsing nproc_per_node=(\d{1,9})\.")
 _APPLOG = re.compile(r"\bwriting to (\S{1,1000}) \(gRPC mode\)|\bwriting to (\S{1,1000}\.log)\b")
 # torch's own line (glog's form: level, date, time, pid), behind srun's label when it has one.
-_GLOG_PID = re.compile(r"(?: {0,8}\d{1,9}: )?[EWIF]\d{4} [\d:.]{8,20} +(\d{1,9}) ")
+_GLOG_PID = re.compile(r"(?: {0,8}\d{1,9}: )?[EWIF]\d{4} [\d:.]{8,20} ++(\d{1,9}) ")
 # NVRx names a node `<host>_<pid>_<local id>`: the pid ties torch's own lines to the node.
 _NODE_PID = re.compile(r"_(\d{1,9})_\d{1,9}$")
 

@@ -92,7 +92,10 @@ survives blinding reads as a workload exception.
 
 Restart cycles: a log of several (ft_launcher's `Cycle: N Event:` lines, `logcycles`) is read
 cycle by cycle, each with rules of its own; the job's answer is the last cycle's, STOP when a
-restartable cause ends `REPEATS_TO_STOP` cycles in a row with no checkpoint saved.
+restartable cause ends `REPEATS_TO_STOP` cycles in a row with no checkpoint saved. NVRx's
+launcher lines (`launcherlog`) give each cycle the launcher's account: its restart or its
+no-restart verdict (which stops the job), the nodes that left and why, and the rank of a worker
+that torch reports by its local rank; they are never failures of the training themselves.
 
 Cost: `attribute_blocks` reads a log as it streams, one pass, the rules' facts and logscan's scan
 fed together; only lines that hold a keyword of either (`KEYWORDS`) are looked at, and every line
