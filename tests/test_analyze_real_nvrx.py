@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 
 from nvrx.analyze import logcycles
-from nvrx.analyze.logattr import ERRORS_NOT_FOUND, LogAttribution, attribute_log
+from nvrx.analyze.logattr import (
+    ERRORS_NOT_FOUND,
+    LogAttribution,
+    attribute_blocks,
+    attribute_log,
+)
+from nvrx.analyze.logscan import text_blocks
 from nvrx.campaign.pool import FaultType
 from nvrx.logtext import RESTART, STOP, rank_mentions
 from nvrx.score.evidence import Attribution
@@ -408,3 +414,19 @@ def test_the_launchers_console_under_srun_reads_as_its_log_file(
     assert got == answers
     plain = analysed(scenario)
     assert [c.span for c in result.cycles] == [c.span for c in plain.cycles]
+
+
+@pytest.mark.parametrize(
+    "scenario", ["restart-after-exception", "no-progress-exit-93", "storage-check-node-leaves"]
+)
+def test_the_keyword_gate_changes_nothing_on_the_launchers_log(scenario: str) -> None:
+    """Only lines holding a keyword are looked at; reading every line gives the same answer
+    (the launcher's line families are all behind the gate's words)."""
+    for text in (
+        (REAL / scenario / "logs" / "nvrx.log").read_text(encoding="utf-8"),
+        srun_labelled(scenario),
+    ):
+        gated = attribute_blocks(text_blocks(text))
+        every = attribute_blocks(text_blocks(text), gate=False)
+        assert gated.to_json() == every.to_json()
+        assert gated.text() == every.text()

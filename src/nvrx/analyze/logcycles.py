@@ -135,8 +135,9 @@ class CycleSplitter(Generic[R, T]):
     `infra:K`, and a launcher's lines come in chunks, seconds behind another's): the cycle
     boundary is the first launcher's start of the new cycle, and a line of a launcher that is
     still in the cycle before (its cycle's end, written after another launcher's rendezvous) is
-    read with that cycle. A line without a launcher's tag is the launcher's of the line before it
-    (the log server writes a launcher's lines together). Spans still tile the log by position."""
+    read with that cycle. `launcher` says whose a line is (None: nobody's known, and the line is
+    read where it stands); it never guesses from the lines around, which the keyword gate may not
+    show. Spans still tile the log by position."""
 
     def __init__(
         self,
@@ -152,7 +153,7 @@ class CycleSplitter(Generic[R, T]):
         # The cycle before the current one, still read for launchers that are behind: its
         # reader and span, closed when the next cycle begins or the log ends.
         self._previous: tuple[R, CycleSpan] | None = None
-        self._launcher: int | None = None  # the launcher of the line before
+        self._launcher: int | None = None  # the launcher of the line being fed
         self._launcher_cycle: dict[int, int] = {}  # each launcher's cycle, by its own events
         self.done: list[tuple[CycleSpan, T]] = []
         self.capped = False  # MAX_CYCLES reached: later markers began nothing
@@ -165,9 +166,7 @@ class CycleSplitter(Generic[R, T]):
         return self._reader.every_line or (previous is not None and previous[0].every_line)
 
     def feed(self, no: int, line: str) -> None:
-        tag = self._launcher_of(line)
-        if tag is not None:
-            self._launcher = tag
+        tag = self._launcher = self._launcher_of(line)
         found = read_marker(line)
         if found is not None:
             kind, number = found
