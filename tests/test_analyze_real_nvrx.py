@@ -430,3 +430,14 @@ def test_the_keyword_gate_changes_nothing_on_the_launchers_log(scenario: str) ->
         every = attribute_blocks(text_blocks(text), gate=False)
         assert gated.to_json() == every.to_json()
         assert gated.text() == every.text()
+
+
+def test_an_event_named_by_a_known_names_first_word_is_no_cut_line() -> None:
+    """`Event: rendezvous Node: ...` (an older launcher's name) begins its cycle; only a line
+    that ends inside a known name is cut."""
+    whole = "[ft_launcher] Cycle: 1 Event: rendezvous Node: n1 Rank: 0"
+    assert logcycles.read_marker(whole) == ("begins", 1)
+    assert logcycles.read_marker("profiling.py:93   - Cycle: 1 Event: rendezvous") == (
+        "unread",
+        None,
+    )

@@ -27,8 +27,9 @@ pattern of its own (docs/log-attribution-policy.md, NVRx's launcher log):
                  its `E1208 00:03:38.890000 6640 ...]` prefix, 6640 being the launcher's pid,
                  which NVRx's node names carry (`localhost_6640_0`)
     shape        `Using nproc_per_node=N.`
-    app log      `Updated reader thread ... writing to /path/app_cycle0.log`: the cycle's
-                 application log, where its workers' tracebacks are
+    app log      `Updated reader thread with 1 workers for cycle, writing to /path/app_cycle0.log
+                 (gRPC mode)` (or `local file mode`): the cycle's application log, where its
+                 workers' tracebacks are
 
 A worker's global rank is its node's group rank times the workers per node plus its local rank
 (torch elastic's homogeneous assignment); when the log does not say the workers per node, the
@@ -53,7 +54,7 @@ KEYWORDS = (
     "no more restarts", "no-restart decision", "recommended stopping", "norestartrequested",
     "terminal worker-group", "failed for node", "unexpected error during",
     "unhealthynodeexception", "excluded from the training", "the rendezvous", "exitcode",
-    "nproc_per_node", "writing to",
+    "nproc_per_node", "updated reader thread",
 )  # fmt: skip
 
 Verdict = Literal["restart", "stop"]
@@ -94,7 +95,10 @@ _EXIT = re.compile(
     r" local_rank: (\d{1,9}) \(pid: \d{1,9}\)"
 )
 _NPROC = re.compile(r"\bUsing nproc_per_node=(\d{1,9})\.")
-_APPLOG = re.compile(r"\bwriting to (\S{1,1000}) \(gRPC mode\)|\bwriting to (\S{1,1000}\.log)\b")
+_APPLOG = re.compile(
+    r"\bUpdated reader thread with \d{1,9} workers for cycle, writing to (\S{1,1000})"
+    r" \((?:gRPC|local file) mode\)"
+)
 # torch's own line (glog's form: level, date, time, pid), behind srun's label when it has one.
 _GLOG_PID = re.compile(r"(?: {0,8}\d{1,9}: )?[EWIF]\d{4} [\d:.]{8,20} ++(\d{1,9}) ")
 # NVRx names a node `<host>_<pid>_<local id>`: the pid ties torch's own lines to the node.
@@ -317,7 +321,7 @@ class LauncherReader:
             self.shape.nproc = self.shape.nproc or small_int(m.group(1)) or None
             return "shape", None
         if (m := _APPLOG.search(text)) is not None:
-            name = PurePosixPath(m.group(1) or m.group(2)).name
+            name = PurePosixPath(m.group(1)).name
             if len(self.app_logs) < MAX_CITED:
                 self.app_logs[name] = None
             return "app_log", None

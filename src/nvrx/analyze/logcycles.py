@@ -82,8 +82,10 @@ def read_marker(line: str) -> Marker | None:
             name = m.group(2)
             if name in ENDING_EVENTS:
                 return "ends", number
-            if name not in STARTING_EVENTS and any(e.startswith(name) for e in _KNOWN_EVENTS):
-                return "unread", None  # the name cut short: which event it was is unknown
+            cut = not line[m.end() :].strip() and name not in STARTING_EVENTS
+            if cut and any(e.startswith(name) for e in _KNOWN_EVENTS):
+                # The line ends inside a known event's name: which event it was is unknown.
+                return "unread", None
             return "begins", number  # a start event, or a newer launcher's event
         if _OLDER in line or "- Cycle:" in line:  # the launcher's profiling line
             digits, after = _after_cycle(line)
