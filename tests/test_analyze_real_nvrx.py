@@ -208,7 +208,8 @@ def account_of(lines: list[str]) -> LogAttribution:
         ("launcher.py:1743 Agent .run() raised exception, e=NoRestartRequested('no_progress')",
          "stop"),
         ("launcher.py:1730 Agent .run() ended with terminal worker-group failure: Worker group "
-         "failed for python3", "stop"),
+         "failed for python3", "exhausted"),
+        ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", "exhausted"),
     ],
 )  # fmt: skip
 def test_each_wording_of_the_launchers_decision_is_read_as_its_verdict(
@@ -268,6 +269,13 @@ def test_the_no_restart_verdict_stops_a_job_whose_cause_a_restart_would_cure() -
     assert result.explanation.startswith("Stop job: the launcher's no-restart verdict.")
     without = account_of(lines[:-1])
     assert without.decision == RESTART
+    # Restarts used up are no verdict on the job: a new allocation may still cure the network.
+    exhausted = account_of([*lines[:-1], "torch.distributed.elastic.multiprocessing.errors."
+                            "ChildFailedError: "])  # fmt: skip
+    assert exhausted.decision == RESTART and exhausted.launcher is not None
+    assert "The launcher had no restart left (torch elastic's failure report" in (
+        exhausted.explanation
+    )
 
 
 def test_a_worker_exit_is_placed_on_its_rank_only_when_the_log_says_the_workers_per_node() -> None:

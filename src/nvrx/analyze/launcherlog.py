@@ -16,8 +16,9 @@ pattern of its own (docs/log-attribution-policy.md, NVRx's launcher log):
                  (threshold: 1) ...`; `... No more restarts will be attempted.`; `Another
                  launcher reported a no-restart decision (no_progress)`; `Attribution
                  recommended stopping the job`; `Agent .run() raised exception,
-                 e=NoRestartRequested(...)`; `Agent .run() ended with terminal worker-group
-                 failure`
+                 e=NoRestartRequested(...)`
+    exhausted    `Agent .run() ended with terminal worker-group failure`; torch elastic's
+                 `...errors.ChildFailedError:` report (no restart left; it changes no decision)
     leave        `Storage path health check failed for node N: <why>` (any `<check> failed for
                  node N:`), `Unexpected error during <check> for node N: <why>`, `Agent .run()
                  raised UnhealthyNodeException: <why>`, `Node N is excluded from the training`
@@ -54,10 +55,13 @@ KEYWORDS = (
     "no more restarts", "no-restart decision", "recommended stopping", "norestartrequested",
     "terminal worker-group", "failed for node", "unexpected error during",
     "unhealthynodeexception", "excluded from the training", "the rendezvous", "exitcode",
-    "nproc_per_node", "updated reader thread",
+    "nproc_per_node", "updated reader thread", "childfailederror",
 )  # fmt: skip
 
-Verdict = Literal["restart", "stop"]
+# restart: the worker group restarted; stop: the launcher's no-restart verdict (the job must not
+# be restarted); exhausted: it had no restart left (a restart of the job may still cure it).
+Verdict = Literal["restart", "exhausted", "stop"]
+_STRENGTH = {"restart": 0, "exhausted": 1, "stop": 2}
 
 _TAG = re.compile(r"\[workload:[^\]\s]{0,40} infra:(\d{1,9})\([^)\s]{0,20}\)\]")
 _RESTART = re.compile(
@@ -75,7 +79,12 @@ _STOP = re.compile(
     r"|\bAnother launcher reported a no-restart decision \((\w{1,40})\)"
     r"|\bAttribution recommended stopping the job\b"
     r"|\bAgent \.run\(\) raised exception, e=NoRestartRequested\("
-    r"|\bAgent \.run\(\) ended with terminal worker-group failure\b"
+)
+# No restart left: NVRx's own words when no worker's failure is at hand, and torch elastic's
+# failure report (`torch.distributed.elastic.multiprocessing.errors.ChildFailedError:`), which
+# the agent raises once its restarts are used up.
+_EXHAUSTED = re.compile(
+    r"\bAgent \.run\(\) ended with terminal worker-group failure\b|\bChildFailedError:\s*$"
 )
 _HEALTH = re.compile(
     r"\b([A-Z][\w ]{0,40}? health check) failed for node (\S{1,200}): (.{0,300})"
@@ -218,6 +227,10 @@ class LauncherAccount:
                 f"The launcher gave its no-restart verdict ({self.reason}, line "
                 f"{self.verdict_line.line})"
             )
+        elif self.verdict == "exhausted" and self.verdict_line is not None:
+            parts.append(
+                f"The launcher had no restart left ({self.reason}, line {self.verdict_line.line})"
+            )
         if self.departures:
             left = [self._departure(d, previous) for d in self.departures]
             more = f" (and {self.departures_more} more)" if self.departures_more else ""
@@ -277,9 +290,9 @@ class LauncherReader:
         self._leader = False  # the verdict held is a leader's own (not a follower's echo)
 
     def feed(self, no: int, text: str) -> tuple[str, int | None] | None:
-        """Read one line. Returns what it was to the launcher: `("verdict" | "leave" |
-        "rendezvous" | "app_log", None)`, `("exit", rank)` for a worker's exit (its global
-        rank, None if unknown), or None for a line that is none of these families."""
+        """Read one line. Returns what it was to the launcher: `("verdict" | "exhausted" |
+        "leave" | "rendezvous" | "shape" | "app_log", None)`, `("exit", rank)` for a worker's
+        exit (its global rank, None if unknown), or None for a line of none of these families."""
         if (m := _EXIT.search(text)) is not None:
             pid, local = small_int(m.group(1)), small_int(m.group(3))
             rank = self.shape.rank_of(pid, local) if pid is not None and local is not None else None
@@ -301,6 +314,10 @@ class LauncherReader:
             reason = f"no-restart decision ({m.group(1)})" if m.group(1) else "no restart"
             self._verdict("stop", no, launcher, text, m, reason, leader=False)
             return "verdict", None
+        if (m := _EXHAUSTED.search(text)) is not None:
+            reason = "torch elastic's failure report" if "Child" in m.group(0) else m.group(0)
+            self._verdict("exhausted", no, launcher, text, m, reason, leader=True)
+            return "exhausted", None  # still read by the rules (torch's report follows it)
         if (m := _HEALTH.search(text)) is not None or (m := _UNHEALTHY.search(text)) is not None:
             self._leave(no, launcher, text, m)
             return "leave", None
@@ -340,11 +357,12 @@ class LauncherReader:
         *,
         leader: bool,
     ) -> None:
-        # A stop outranks a restart (the job ends); a leader's own words outrank a follower's
-        # echo (`Joining cluster restart` repeats a decision another launcher made).
-        rank = (verdict == "stop", leader)
+        # A stop outranks no restart left, which outranks a restart (what ended the job); a
+        # leader's own words outrank a follower's echo (`Joining cluster restart` repeats a
+        # decision another launcher made).
+        rank = (_STRENGTH[verdict], leader)
         if self.verdict is not None:
-            held = (self.verdict == "stop", self._leader)
+            held = (_STRENGTH[self.verdict], self._leader)
             if rank <= held:
                 return
         self.verdict, self.reason, self._leader = verdict, reason, leader
