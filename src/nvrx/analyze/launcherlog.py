@@ -36,8 +36,11 @@ A worker's global rank is its node's group rank times the workers per node plus 
 (torch elastic's homogeneous assignment); when the log does not say the workers per node, the
 rank stays unknown rather than guessed.
 
-Cost: one anchored search per family on the lines the keyword gate lets through, memory bounded
-by the nodes (`MAX_RANKS`) and a few cited lines per cycle, never by the lines.
+Cost: one search per family on the lines the keyword gate lets through, memory bounded by the
+nodes (`MAX_RANKS`) and a few cited lines per cycle, never by the lines.
+
+One module: the launcher's wordings, the keyword gate that must let them through and the account
+they make change together (a new NVRx wording is a pattern, a gate word and a field at once).
 """
 
 from __future__ import annotations
