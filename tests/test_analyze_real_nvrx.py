@@ -436,6 +436,8 @@ def test_the_keyword_gate_changes_nothing_on_the_launchers_log(scenario: str) ->
     ):
         gated = attribute_blocks(text_blocks(text))
         every = attribute_blocks(text_blocks(text), gate=False)
+        # Every cycle's launcher account is read from the lines the gate lets through.
+        assert all(c.attribution.launcher is not None for c in gated.cycles)
         assert gated.to_json() == every.to_json()
         assert gated.text() == every.text()
 
