@@ -57,7 +57,8 @@ KEYWORDS = (
     "worker group", "cluster restart", "new nodes from", "early termination",
     "no more restarts", "no-restart decision", "recommended stopping", "norestartrequested",
     "terminal worker-group", "failed for node", "unexpected error during",
-    "unhealthynodeexception", "excluded from the training", "the rendezvous", "exitcode",
+    "unhealthynodeexception", "excluded from the training", "joined the rendezvous",
+    "join the next round", "exitcode",
     "nproc_per_node", "updated reader thread", "childfailederror",
 )  # fmt: skip
 
