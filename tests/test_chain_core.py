@@ -1,5 +1,7 @@
 """submit-chain's pure core: the array shape, the pre-flight checks and the rendered script."""
 
+import hashlib
+import re
 import shutil
 import subprocess
 from dataclasses import replace
@@ -9,7 +11,7 @@ import pytest
 
 from nvrx.chain.script import FaultKnobs, effective_faults, fault_warning, render_script
 from nvrx.chain.shape import PROFILES, ArrayShape, ChainError, batch_sizes, check_work_dir
-from nvrx.config import ChainSettings, load_config
+from nvrx.config import ChainSettings, ConfigError, load_config
 
 
 def test_the_default_shape_is_the_upstream_one() -> None:
@@ -202,10 +204,107 @@ def test_bad_extra_env_names_are_refused() -> None:
 def test_the_rendered_script_is_shellcheck_clean(tmp_path: Path) -> None:
     if shutil.which("shellcheck") is None:
         pytest.fail("shellcheck is required (apt-get install shellcheck; .ci/run installs it)")
-    for overrides in ({}, {"train_command": ["/x/worker.py"], "container_image": "nvcr.io/x:1"}):
+    for overrides in (
+        {},
+        {"train_command": ["/x/worker.py"], "container_image": "nvcr.io/x:1"},
+        {"train_command": ["/x/worker.py"], "one_host_rehearsal": True},
+    ):
         path = tmp_path / "gen.sbatch"
         path.write_text(render(**overrides))
         proc = subprocess.run(
             ["shellcheck", "-s", "bash", str(path)], capture_output=True, text=True, check=False
         )
         assert proc.returncode == 0, proc.stdout
+
+
+# --- the one-host rehearsal (docs/submit-chain.md, "Rehearsing with NVRx's own launcher") -----
+
+# What nvrx rendered for these configs before chain.one_host_rehearsal existed (sha256 of the
+# script). A chain that does not rehearse on one host must get exactly that script: a real
+# cluster must not run a line of the rehearsal, and an operator who compared the script of
+# the last release finds nothing new to read.
+SCRIPTS_BEFORE_THE_REHEARSAL = {
+    "defaults": (
+        {},
+        ArrayShape(1, 1, 3, 1, 4),
+        "a3a0679720f0118a4ae19f37881b1452c0108339f595261befef63014de37644",
+    ),
+    "the rehearsal example": (
+        {
+            "launcher": ["/repo/examples/rehearsal/ft_launcher.py"],
+            "train_command": ["/repo/examples/rehearsal/worker.py", "--step-seconds", "0.2"],
+            "no_restart_demo": True, "fault_ranks": "1", "fault_delay": 5, "save_interval": 5,
+            "join_timeout": 120, "store_connect_wait": 60, "rdzv_host_wait": 60,
+        },
+        ArrayShape(2, 1, 1, 1, 2),
+        "86cfde173075b37b10c7ba0d803d55b0a54b2e71d48224bb9662a93c5289931c",
+    ),
+    "a container, no spares": (
+        {
+            "container_image": "nvcr.io/x:1", "container_mounts": "/lustre:/lustre,/scratch",
+            "model_profile": "8b", "segment": None,
+        },
+        ArrayShape(4, 0, 0, 2, 8),
+        "5dfca39d95256086c1fe10a0f23be2010fcbf70f07af1a6b5fbbd439a0fd32dc",
+    ),
+    "every fault and knob": (
+        {
+            "fault_inject": True, "fault_ranks": "0,3", "inject_gpu_failure": "1:0,2:1",
+            "max_no_progress_cycles": 2, "health_check_endpoint": "http://localhost:1234/h",
+            "drain_poll": "on", "drain_poll_interval": 5, "extra_env": {"HF_HOME": "/cache/x"},
+            "log_debug": False, "rdzv_port": 31000,
+        },
+        ArrayShape(2, 2, 4, 1, 4),
+        "dc2277204c74c52e1bb18edde95eda92d3437e52f9c197113738e46fdc9ded3d",
+    ),
+}  # fmt: skip
+
+
+def render_with(overrides: dict[str, object], shape: ArrayShape) -> str:
+    chain = load_config(
+        environ={}, cli={f"chain.{k}": (v, "t") for k, v in overrides.items()}
+    ).config.chain
+    return render_script(
+        chain,
+        shape,
+        chain_id="c0ffee1234",
+        work_dir="/shared/run",
+        job_name="nvrx_singleton-c0ffee1234",
+        nvrx_version="0.1.0",
+    )
+
+
+@pytest.mark.parametrize("case", sorted(SCRIPTS_BEFORE_THE_REHEARSAL))
+def test_a_chain_that_does_not_rehearse_on_one_host_gets_the_script_it_got_before(
+    case: str,
+) -> None:
+    overrides, shape, before = SCRIPTS_BEFORE_THE_REHEARSAL[case]
+    script = render_with({**overrides, "one_host_rehearsal": False}, shape)
+    assert hashlib.sha256(script.encode("utf-8")).hexdigest() == before
+    assert "one-host" not in script and "127.0.0.1" not in script
+
+
+def test_the_one_host_rehearsal_only_adds_its_own_marked_lines() -> None:
+    overrides, shape, _ = SCRIPTS_BEFORE_THE_REHEARSAL["the rehearsal example"]
+    off = render_with(overrides, shape)
+    on = render_with({**overrides, "one_host_rehearsal": True}, shape)
+    blocks = re.findall(r"^ *# >>> one-host rehearsal\n.*?^ *# <<< one-host rehearsal\n", on,
+                        flags=re.MULTILINE | re.DOTALL)  # fmt: skip
+    assert len(blocks) >= 5
+    stripped = on.replace("NVRX_ONE_HOST_PORTS=1000\n", "", 1)
+    for block in blocks:
+        stripped = stripped.replace(block, "", 1)
+    assert stripped == off
+    prose = " ".join(line.strip(" #") for line in on.splitlines() if line.lstrip().startswith("#"))
+    assert "A real cluster, one launcher per node, needs none of it." in prose
+    assert "a real cluster needs none of this" in on  # the job log says it too
+
+
+def test_the_one_host_rehearsal_needs_room_above_the_rendezvous_port() -> None:
+    # Each generation takes two ports in rdzv_port .. rdzv_port + 999, by its job id.
+    assert load_config(environ={}, cli={"chain.rdzv_port": (65000, "t")}).config.chain
+    cli = {"chain.rdzv_port": (65000, "t"), "chain.one_host_rehearsal": (True, "t")}
+    with pytest.raises(ConfigError, match=r"chain\.rdzv_port.*65000.*use at most 64536"):
+        load_config(environ={}, cli=cli)
+    cli["chain.rdzv_port"] = (64536, "t")
+    assert load_config(environ={}, cli=cli).config.chain.one_host_rehearsal

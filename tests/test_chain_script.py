@@ -459,3 +459,66 @@ def test_every_task_checks_its_own_token_and_task_0_runs_the_poller_until_it_end
         spare.launcher_args()
     )
     assert not any(line.startswith("sinfo") for line in spare.log)  # only task 0 polls
+
+
+# --- the one-host rehearsal (docs/submit-chain.md, "Rehearsing with NVRx's own launcher") -----
+
+
+def env_of(generation: Generation) -> dict[str, str]:
+    lines = (generation.dir / "launcher.env").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+def flag_of(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+@pytest.fixture
+def one_host(tmp_path: Path) -> Generation:
+    return rendered(
+        tmp_path,
+        train_command=["/bin/true"],
+        no_restart_demo=False,
+        drain_poll="off",
+        one_host_rehearsal=True,
+    )
+
+
+def test_a_one_host_rehearsal_gives_task_0_what_launchers_sharing_a_host_need(
+    one_host: Generation,
+) -> None:
+    rc, out = finish(one_host, one_host.run(SLURM_ARRAY_JOB_ID="1234"))
+    assert rc == 0, out
+    args = one_host.launcher_args()
+    # 127.0.0.1 (the node names do not resolve); this generation's own pair of ports, from its
+    # job id: 29400 + (1234 mod 500) x 2, and the log server's next to it.
+    assert flag_of(args, "--rdzv-endpoint") == "127.0.0.1:29868"
+    assert flag_of(args, "--ft-log-server-port") == "29869"
+    assert flag_of(args, "--rdzv-conf").endswith(",is_host=1")
+    control = one_host.work / "nvrx" / "1234" / "control"
+    assert (control / "rdzv_host").read_text() == "127.0.0.1\n"
+    env = env_of(one_host)
+    assert env["NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE"] == "1"
+    # A short temp dir of the task's own (the launcher's Unix sockets), gone when it ends.
+    tmpdir = Path(env["TMPDIR"])
+    assert tmpdir.parent == Path("/tmp") and len(str(tmpdir)) <= 16
+    assert not tmpdir.exists()
+    assert "a real cluster needs none of this" in out
+
+
+@pytest.mark.parametrize(
+    ("task", "procid"), [(1, "0"), (0, "1")], ids=["another task", "task 0's second node"]
+)
+def test_only_task_0s_first_node_hosts_the_store(
+    one_host: Generation, task: int, procid: str
+) -> None:
+    if task:  # a peer starts once task 0 has published (and has not closed the gate)
+        one_host.control.mkdir(parents=True)
+        (one_host.control / "datetime.txt").write_text("date_x\n")
+        (one_host.control / "rdzv_host").write_text("127.0.0.1\n")
+    rc, out = finish(one_host, one_host.run(task=task, SLURM_PROCID=procid))
+    assert rc == 0, out
+    args = one_host.launcher_args()
+    assert flag_of(args, "--rdzv-conf").endswith(",is_host=0")
+    assert args.count("--rdzv-conf") == 1 and args[-1] == "/bin/true"
+    assert not Path(env_of(one_host)["TMPDIR"]).exists()

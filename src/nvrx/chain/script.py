@@ -1,8 +1,9 @@
 """Rendering the generation script: a header of concrete settings on a fixed body.
 
-The body (templates/generation.sh) never changes with the settings; the header assigns every
-knob as a shell-quoted value, so the materialised copy in the work dir is self-contained and its
-path is what Slurm shows as each generation's command.
+The body (templates/generation.sh) never changes with the settings, but for the one-host
+rehearsal's marked blocks, kept only when chain.one_host_rehearsal is on; the header assigns
+every knob as a shell-quoted value, so the materialised copy in the work dir is self-contained
+and its path is what Slurm shows as each generation's command.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from importlib import resources
 from typing import Any
 
 from nvrx.chain.shape import PROFILES, ArrayShape, ChainError, batch_sizes, drain_poll_on
-from nvrx.config import ChainSettings
+from nvrx.config import ONE_HOST_PORTS, ChainSettings
 from nvrx.display import counted
 
 SCRIPT_NAME = "nvrx_singleton_array.sbatch"
@@ -242,6 +243,9 @@ def render_script(
         ("LR_DECAY_SAMPLES", chain.lr_decay_samples),
         ("EXIT_DURATION_IN_MINS", chain.exit_duration_in_mins),
     ]
+    if chain.one_host_rehearsal:
+        # The range the generation's two ports are picked from (above RDZV_PORT, by job id).
+        settings.append(("NVRX_ONE_HOST_PORTS", ONE_HOST_PORTS))
     arrays = {
         "NVRX_LAUNCHER": chain.launcher,
         "NVRX_TRAIN_COMMAND": chain.train_command,
@@ -270,7 +274,7 @@ def render_script(
         *(f"export {name}={_q(value)}" for name, value in sorted(chain.extra_env.items())),
         "",
     ]
-    return "\n".join(lines) + _body()
+    return "\n".join(lines) + _body(one_host=chain.one_host_rehearsal)
 
 
 @dataclass(frozen=True)
@@ -304,11 +308,36 @@ def model_layout(chain: ChainSettings, shape: ArrayShape) -> ModelLayout:
 # The functions first, the body that calls them last: how files are written and Slurm's clients
 # run (both use them), the drain poller's, then the generation body.
 TEMPLATES = ("safety.sh", "drain_poller.sh", "generation.sh")
+# Lines between these two marker lines are the one-host rehearsal's (chain.one_host_rehearsal):
+# rendered, markers included, only when it is on, so a chain that does not rehearse gets exactly
+# the script it got before the setting existed.
+ONE_HOST_BEGIN = "# >>> one-host rehearsal"
+ONE_HOST_END = "# <<< one-host rehearsal"
 
 
-def _body() -> str:
+def one_host_blocks(text: str, *, keep: bool) -> str:
+    """`text` with the one-host rehearsal's blocks kept or cut out, markers and all."""
+    out: list[str] = []
+    inside = False
+    for line in text.splitlines(keepends=True):
+        marker = line.strip()
+        if marker in (ONE_HOST_BEGIN, ONE_HOST_END):
+            if inside != (marker == ONE_HOST_END):
+                raise ValueError(f"unbalanced one-host rehearsal marker: {marker!r}")
+            inside = not inside
+        if keep or not (inside or marker == ONE_HOST_END):
+            out.append(line)
+    if inside:
+        raise ValueError(f"{ONE_HOST_BEGIN!r} without {ONE_HOST_END!r}")
+    return "".join(out)
+
+
+def _body(*, one_host: bool) -> str:
     templates = resources.files("nvrx.chain").joinpath("templates")
-    return "\n".join(templates.joinpath(name).read_text("utf-8") for name in TEMPLATES)
+    return "\n".join(
+        one_host_blocks(templates.joinpath(name).read_text("utf-8"), keep=one_host)
+        for name in TEMPLATES
+    )
 
 
 def script_sha256(text: str) -> str:

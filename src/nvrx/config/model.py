@@ -94,6 +94,10 @@ class SlurmSettings(_Section):
 
 
 MAX_ARRAY_TASKS = 100_000
+# A one-host rehearsal's generation takes a pair of ports (rendezvous, log server) in the range
+# chain.rdzv_port .. + ONE_HOST_PORTS - 1, picked by its array job id, so chains (and the
+# generations of one chain) sharing the host never share a port.
+ONE_HOST_PORTS = 1000
 MAX_CHAIN_DEPTH = 1_000
 
 
@@ -143,7 +147,26 @@ class ChainSettings(_Section):
     join_timeout: int = Field(1200, ge=1, description="rendezvous join_timeout (s)")
     store_connect_wait: int = Field(300, ge=1, description="store_connect_wait_seconds (s)")
     rdzv_host_wait: int = Field(300, ge=1, description="peer gate timeout for the host file (s)")
+    # Before rdzv_port, whose check reads it. A real cluster never needs it: one launcher per
+    # node is what NVRx checks for (docs/submit-chain.md, "Rehearsing with NVRx's own launcher").
+    one_host_rehearsal: bool = Field(
+        False,
+        description="let several launchers share one host, as on deploy/local-slurm's cluster "
+        "(a rehearsal; a real cluster needs none of it)",
+    )
     rdzv_port: int = Field(29400, ge=1, le=65535, description="rendezvous endpoint port")
+
+    @field_validator("rdzv_port")
+    @classmethod
+    def _room_for_one_host_ports(cls, value: int, info: ValidationInfo) -> int:
+        # On one host each generation takes its own pair of ports at or above this one.
+        if info.data.get("one_host_rehearsal") and value + ONE_HOST_PORTS - 1 > 65535:
+            raise ValueError(
+                f"with chain.one_host_rehearsal a generation may take ports up to "
+                f"{value + ONE_HOST_PORTS - 1}, past 65535; use at most {65536 - ONE_HOST_PORTS}"
+            )
+        return value
+
     health_check_endpoint: str = Field("", description="--ft-node-health-check-endpoint; empty=off")
     segment: OptionalInt = Field(1, ge=1, description="--ft-segment; empty disables (H100)")
     drain_poll: Literal["auto", "on", "off"] = Field(

@@ -19,6 +19,19 @@ NVRX_DRAIN_DIR=$NVRX_JOB_DIR/drain
 export NVRX_CONTROL NVRX_NO_RESTART_EXIT_CODE
 
 log() { printf '[nvrx %s task %s] %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$NVRX_TASK" "$*"; }
+# >>> one-host rehearsal
+
+# ONE-HOST REHEARSAL (chain.one_host_rehearsal): every node of this cluster is one host (as on
+# deploy/local-slurm's), so the launchers of all tasks share its addresses, ports and temp dir.
+# The blocks between the one-host rehearsal's markers make that work: the rendezvous at 127.0.0.1,
+# NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE=1 (NVRx refuses two launchers on one host otherwise),
+# is_host on task 0's first node only, this generation's own rendezvous and log-server ports,
+# and a short temp dir per task (the launcher's Unix sockets live there), removed when the task
+# ends. A real cluster, one launcher per node, needs none of it.
+one_host_tmp=
+# shellcheck disable=SC2317 # runs from the EXIT trap
+one_host_cleanup() { if [ -n "$one_host_tmp" ]; then rm -rf -- "$one_host_tmp"; fi; }
+# <<< one-host rehearsal
 
 # shellcheck disable=SC2317 # cancel_chain and teardown run from the EXIT trap
 # The rest of this chain: queued generations whose comment starts with this chain's id. Never by
@@ -61,6 +74,9 @@ teardown() {
         log "Exit $NVRX_NO_RESTART_EXIT_CODE: NVRx requested no restart. Cancelling queued generations of chain $NVRX_CHAIN_ID ($SLURM_JOB_NAME)."
         cancel_chain
     fi
+    # >>> one-host rehearsal
+    one_host_cleanup
+    # <<< one-host rehearsal
     log "generation $NVRX_JOB_ID ends (rc=$rc); cancelling its remaining tasks"
     local attempt
     for attempt in 1 2 3; do
@@ -109,6 +125,9 @@ if [ "$NVRX_TASK" -eq 0 ]; then
     publish "$NVRX_CONTROL/datetime.txt" "$(date +date_%y-%m-%d_time_%H-%M-%S)"
     rdzv_host=$(nvrx_slurm scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null | head -n 1)
     [ -n "$rdzv_host" ] || rdzv_host=$(hostname)
+    # >>> one-host rehearsal
+    rdzv_host=127.0.0.1 # every node is this host, and the node names do not resolve
+    # <<< one-host rehearsal
     publish "$NVRX_CONTROL/rdzv_host" "$rdzv_host"
     log "rendezvous host $rdzv_host published"
 fi
@@ -187,6 +206,14 @@ else
     unset NVRX_INJECT_GPU_FAILURE
 fi
 
+# >>> one-host rehearsal
+# This generation's own pair of ports, picked by its job id: two chains, or two generations of
+# one chain, never meet on the host's ports (the log server listens on every interface).
+RDZV_PORT=$((RDZV_PORT + NVRX_JOB_ID % (NVRX_ONE_HOST_PORTS / 2) * 2))
+NVRX_LOG_SERVER_PORT=$((RDZV_PORT + 1))
+export NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE=1
+container_env+=,NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE
+# <<< one-host rehearsal
 launch=(
     "${NVRX_LAUNCHER[@]}"
     --nnodes "$MIN_NODES:$MAX_NODES"
@@ -202,6 +229,9 @@ launch=(
     --ft-rank-section-timeouts "setup:900,step:60,checkpointing:300"
     --ft-rank-out-of-section-timeout 90
 )
+# >>> one-host rehearsal
+launch+=(--ft-log-server-port "$NVRX_LOG_SERVER_PORT")
+# <<< one-host rehearsal
 if [ -n "$NVRX_HEALTH_CHECK_ENDPOINT" ]; then
     launch+=("--ft-node-health-check-endpoint=$NVRX_HEALTH_CHECK_ENDPOINT")
 fi
@@ -264,6 +294,29 @@ if [ -n "$NVRX_CONTAINER_IMAGE" ]; then
     if [ -n "$NVRX_CONTAINER_MOUNTS" ]; then container+=(--container-mounts "$NVRX_CONTAINER_MOUNTS"); fi
 fi
 
+# >>> one-host rehearsal
+if ! one_host_tmp=$(mktemp -d /tmp/nvrx.XXXXXX); then
+    log "cannot create a temp dir in /tmp; this task cannot run"
+    exit 1
+fi
+export TMPDIR=$one_host_tmp
+if [ "$NVRX_TASK" -ne 0 ]; then trap one_host_cleanup EXIT; fi
+# Only task 0's first node hosts the store, since every launcher takes itself for the host of
+# 127.0.0.1. Decided on the node, where SLURM_PROCID tells the step's nodes apart: the word
+# after the first --rdzv-conf gets is_host=1 there and is_host=0 everywhere else.
+# shellcheck disable=SC2016 # expands in the node's shell
+launch=(sh -c 'h=0
+if [ "${SLURM_ARRAY_TASK_ID:-0}" = 0 ] && [ "${SLURM_PROCID:-0}" = 0 ]; then h=1; fi
+state=start
+for word do
+    if [ "$state" = start ]; then set --; state=seek; fi
+    if [ "$state" = value ]; then word="$word,is_host=$h"; state=done; fi
+    if [ "$state" = seek ] && [ "$word" = --rdzv-conf ]; then state=value; fi
+    set -- "$@" "$word"
+done
+exec "$@"' nvrx-one-host "${launch[@]}")
+log "one-host rehearsal (chain.one_host_rehearsal): rendezvous 127.0.0.1:$RDZV_PORT, log server port $NVRX_LOG_SERVER_PORT, NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE=1, is_host on task 0's first node, TMPDIR $TMPDIR; a real cluster needs none of this"
+# <<< one-host rehearsal
 nodes_word=nodes
 if [ "$SLURM_JOB_NUM_NODES" = 1 ]; then nodes_word=node; fi
 log "launching ${NVRX_LAUNCHER[*]} on $SLURM_JOB_NUM_NODES $nodes_word: nnodes $MIN_NODES:$MAX_NODES, world $WORLD_SIZE, endpoint $RDZV_HOST:$RDZV_PORT"
