@@ -223,7 +223,7 @@ def test_the_rendered_script_is_shellcheck_clean(tmp_path: Path) -> None:
 # script). A chain that does not rehearse on one host must get exactly that script: a real
 # cluster must not run a line of the rehearsal, and an operator who compared the script of
 # the last release finds nothing new to read.
-SCRIPTS_BEFORE_THE_REHEARSAL = {
+SCRIPTS_BEFORE_THE_REHEARSAL: dict[str, tuple[dict[str, object], ArrayShape, str]] = {
     "defaults": (
         {},
         ArrayShape(1, 1, 3, 1, 4),

@@ -19,6 +19,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -157,13 +158,17 @@ def task_log(work: Path, generation: str, task: int) -> str:
     return paths[0].read_text(errors="replace") if paths else ""
 
 
-def resumed_at(work: Path, generation: str) -> int | None:
-    """The iteration rank 0 of the generation's first cycle resumed from."""
+def resumed_at(work: Path, generation: str) -> str | None:
+    """The iteration rank 0 of the generation's first cycle resumed from (as written)."""
     for log in (work / "logs").glob(f"*_{generation}_*_cycle0.log"):
         found = re.search(r"^0: resuming from iteration (\d+)", log.read_text(), re.MULTILINE)
         if found:
-            return int(found.group(1))
+            return found.group(1)
     return None
+
+
+def ended(slurm: Slurm, generation: str) -> bool:
+    return not live(slurm.queue([generation]))
 
 
 def test_a_chain_with_spares_trains_and_hands_over_generation_to_generation(
@@ -190,12 +195,13 @@ def test_a_chain_with_spares_trains_and_hands_over_generation_to_generation(
     pending = [r for r in rows if r.state is JobState.PENDING]
     assert len(running) == 3 and [r.task_id for r in pending] == [3]  # a hot, a cold spare
 
-    starts = []
+    starts: list[int] = []
     for generation in ids:
-        wait_for(lambda g=generation: resumed_at(work, g) is not None, timeout=240,
-                 what=f"generation {generation} training")  # fmt: skip
-        starts.append(resumed_at(work, generation))
-        wait_for(lambda g=generation: not live(slurm.queue([g])), timeout=240,
+        start = wait_for(partial(resumed_at, work, generation), timeout=240,
+                         what=f"generation {generation} training")  # fmt: skip
+        # (As written: a fresh start, 0, would read as no answer yet.)
+        starts.append(int(start))
+        wait_for(partial(ended, slurm, generation), timeout=240,
                  what=f"generation {generation} to end")  # fmt: skip
         assert "launching" in task_log(work, generation, 2)  # the hot spare ran its launcher
     assert starts[0] == 0 and 0 < starts[1] < starts[2], starts
