@@ -40,6 +40,7 @@ def test_the_shell_scripts_are_shellcheck_clean() -> None:
         REPO / ".ci" / "run",
         REPO / "deploy" / "quickstart",
         REPO / "deploy" / "lib" / "common.sh",
+        REPO / "deploy" / "real-nvrx" / "install",
         *(
             REPO / "deploy" / service / name
             for service in ("local-slurm", "local-llm")
