@@ -43,11 +43,13 @@ def shared_dir() -> Iterator[Path]:
 # Tests that share one outside service run in one xdist worker, one after another: the cluster
 # tests (their jobs and nodes are the cluster's; some stop and start its controller) and the
 # tests against the one local judge server (a single small model: concurrent calls only slow
-# each other past their deadlines). Every other test runs wherever a worker is free (`-n auto`,
+# each other past their deadlines), and the scenarios of NVRx's real launcher (one at a time on
+# a machine, under their lock: a second worker would only wait for it). Every other test runs wherever a worker is free (`-n auto`,
 # pyproject.toml). The groups are chosen by path here, not by xdist's `xdist_group` mark, which
 # pytest 9 no longer passes on to xdist's scheduler.
 SERVICE_GROUPS = {"tests/slurm/": "slurm", "tests/test_logsage.py": "llm",
-                  "tests/test_score_server.py": "llm"}  # fmt: skip
+                  "tests/test_score_server.py": "llm",
+                  "tests/real_nvrx/": "real-nvrx"}  # fmt: skip
 
 
 def service_group(nodeid: str) -> str | None:
