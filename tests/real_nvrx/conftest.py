@@ -24,7 +24,11 @@ def real_launcher() -> Path:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
-    ours = [item for item in items if here in Path(str(item.fspath)).parents]
+    ours = [
+        item
+        for item in items
+        if here in Path(str(item.fspath)).parents and "ft_launcher" in item.fixturenames
+    ]
     if not ours or os.access(real_launcher(), os.X_OK):
         return
     if os.environ.get("NVRX_REQUIRE_REAL_NVRX") == "1":

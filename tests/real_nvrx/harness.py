@@ -62,6 +62,9 @@ class Scenario:
     # Seconds between the first MIN launchers and the rest: a spare started late is sure to
     # be the standby (started together, any of them may be).
     spare_after: float | None = None
+    # Event times count from the first checkpoint (the iteration file appears) rather than from
+    # the last launcher's start: "mid-training" however long the workers' start-up takes.
+    events_after_checkpoint: bool = False
     deadline: float = 150.0  # seconds after the last launcher started; then trees are ended
 
 
@@ -107,15 +110,17 @@ SCENARIOS = {
     ),
     "hot-spare-takes-killed-node": Scenario(
         "3 launchers for 2 nodes, DDP workers, the spare started 3 s after the others; "
-        "launcher 1 and every process under it are SIGKILLed 5 s later: rank 0's next "
+        "launcher 1 and every process under it are SIGKILLed 1 s after the first checkpoint: "
+        "rank 0's next "
         "all-reduce fails, the group restarts and the spare takes the dead node's place, "
         "training to the end",
         count=3,
         nnodes="2:3",
-        events=[(5.0, "kill-tree", 1)],
+        events=[(1.0, "kill-tree", 1)],
         worker="ddp",
-        train_iters=150,
+        train_iters=100,
         spare_after=3.0,
+        events_after_checkpoint=True,
     ),
 }
 
@@ -322,19 +327,7 @@ def run_scenario(sc: Scenario, launcher: Path, run: Path) -> Run:
                         )
                     )
                 time.sleep(0.5)  # the host's store first
-            started = time.monotonic()
-            pending = sorted(sc.events)
-            while any(p.poll() is None for p in procs) and time.monotonic() - started < sc.deadline:
-                now = time.monotonic() - started
-                while pending and pending[0][0] <= now:
-                    _, what, index = pending.pop(0)
-                    if what == "kill-tree":
-                        kill_tree(procs[index].pid)
-                    elif what == "remove-admit":
-                        (run / "drain" / f"admit.{index}").unlink()
-                    done.append({"at_s": round(now, 1), "what": what, "launcher": index})
-                time.sleep(0.2)
-            timed_out = [i for i, p in enumerate(procs) if p.poll() is None]
+            done, timed_out = drive(sc, run, procs)
         finally:
             for proc in procs:
                 if proc.poll() is None:
@@ -342,6 +335,31 @@ def run_scenario(sc: Scenario, launcher: Path, run: Path) -> Run:
             codes = [proc.wait(timeout=60) for proc in procs]
             left = left_behind(token)
     return Run(run, argvs, done, codes, timed_out, left)
+
+
+def drive(
+    sc: Scenario, run: Path, procs: list[subprocess.Popen[bytes]]
+) -> tuple[list[dict[str, object]], list[int]]:
+    """Make the scenario's events happen while its launchers run, until they have all ended or
+    the deadline passed: (the events done, the launchers still running)."""
+    started = time.monotonic()
+    clock = None if sc.events_after_checkpoint else started  # when event times count from
+    pending = sorted(sc.events)
+    done: list[dict[str, object]] = []
+    while any(p.poll() is None for p in procs) and time.monotonic() - started < sc.deadline:
+        if clock is None and iteration_file(sc, run).exists():
+            clock = time.monotonic()
+        while clock is not None and pending and pending[0][0] <= time.monotonic() - clock:
+            _, what, index = pending.pop(0)
+            if what == "kill-tree":
+                kill_tree(procs[index].pid)
+            elif what == "remove-admit":
+                (run / "drain" / f"admit.{index}").unlink()
+            done.append(
+                {"at_s": round(time.monotonic() - clock, 1), "what": what, "launcher": index}
+            )
+        time.sleep(0.2)
+    return done, [i for i, p in enumerate(procs) if p.poll() is None]
 
 
 def left_behind(token: str, grace: float = 5.0) -> list[str]:

@@ -60,6 +60,9 @@ def test_a_hot_spare_takes_the_place_of_a_node_whose_process_tree_was_killed(
     # The survivor learnt of the death from its all-reduce (gloo's words vary with the moment).
     assert re.search(r"^0: \[rank0\]: RuntimeError: .*gloo", app_log(run, 0), re.M)
     final = app_log(run, 1)
+    # Killed mid-training: both ranks of cycle 1, the spare's included, resume from a checkpoint.
+    resumed = re.findall(r"^\d: resuming from iteration (\d+)", final, re.M)
+    assert len(resumed) == 2 and all(int(n) > 0 for n in resumed)
     assert f"0: training complete at iteration {sc.train_iters}" in final
     assert f"1: training complete at iteration {sc.train_iters}" in final
     assert checkpointed(run) == sc.train_iters
