@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+STAND_IN = REPO / "examples" / "rehearsal" / "ft_launcher.py"
 WORKERS = {
     "rehearsal": REPO / "examples" / "rehearsal" / "worker.py",  # independent ranks
     "ddp": REPO / "examples" / "rehearsal" / "ddp_worker.py",  # gloo DDP, sections client
@@ -239,11 +240,12 @@ def launcher_argv(
     launcher: Path, sc: Scenario, run: Path, index: int, ports: list[int]
 ) -> list[str]:
     rdzv_port, log_port = ports
+    # The generation script's flags (no --rdzv-backend: c10d is the launcher's default, and the
+    # stand-in refuses the flag), and what several launchers on one host need.
     argv = [
         str(launcher),
         "--nnodes", sc.nnodes,
         "--nproc-per-node", "1",
-        "--rdzv-backend", "c10d",
         "--rdzv-endpoint", f"127.0.0.1:{rdzv_port}",
         "--rdzv-id", str(ARRAY_JOB),
         "--rdzv-conf", f"is_host={1 if index == 0 else 0},join_timeout=60",
@@ -266,7 +268,7 @@ def launcher_argv(
             "--train-iters", str(sc.train_iters)]  # fmt: skip
 
 
-def launcher_env(run: Path, index: int, token: str, sc: Scenario) -> dict[str, str]:
+def launcher_env(run: Path, index: int, token: str, sc: Scenario, stand_in: bool) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
@@ -289,12 +291,17 @@ def launcher_env(run: Path, index: int, token: str, sc: Scenario) -> dict[str, s
     )
     if sc.fault:
         env.update(NVRX_FAULT_INJECT="1", **sc.fault)
+    if stand_in:
+        # The stand-in tells nodes apart by name, and the endpoint's host names its leader.
+        env["SLURMD_NODENAME"] = f"127.0.0.{index + 1}"
     return env
 
 
 def run_scenario(sc: Scenario, launcher: Path, run: Path) -> Run:
     """Run the scenario in the empty directory RUN (short: Unix socket paths live in its
-    tmp/) under the real-launcher lock; every process it started has ended when it returns."""
+    tmp/) under the real-launcher lock; every process it started has ended when it returns.
+    LAUNCHER is NVRx's ft_launcher or the stand-in, examples/rehearsal/ft_launcher.py."""
+    stand_in = launcher.suffix == ".py"
     for sub in ("cycle_infos", "logs", "checkpoints", "control", "drain", "tmp"):
         (run / sub).mkdir(parents=True)
     if sc.static_progress:
@@ -319,7 +326,7 @@ def run_scenario(sc: Scenario, launcher: Path, run: Path) -> Run:
                     procs.append(
                         subprocess.Popen(
                             argv,
-                            env=launcher_env(run, index, token, sc),
+                            env=launcher_env(run, index, token, sc, stand_in),
                             stdout=console,
                             stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL,
