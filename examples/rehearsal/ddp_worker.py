@@ -32,8 +32,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import torch  # type: ignore[import-not-found, unused-ignore]
-import torch.distributed as dist  # type: ignore[import-not-found, unused-ignore]
+import torch
+import torch.distributed as dist
 
 # worker.py sits beside this file (the script's directory is on sys.path when run as a script).
 import worker as rehearsal
@@ -58,9 +58,7 @@ class Monitor:
         if not os.environ.get("FT_RANK_MONITOR_IPC_SOCKET"):
             rehearsal.say("no NVRx rank monitor (FT_RANK_MONITOR_IPC_SOCKET unset): sections off")
             return
-        from nvidia_resiliency_ext.fault_tolerance import (  # type: ignore[import-not-found, unused-ignore]
-            RankMonitorClient,
-        )
+        from nvidia_resiliency_ext.fault_tolerance import RankMonitorClient
 
         self.client = RankMonitorClient()
         self.client.init_workload_monitoring()
