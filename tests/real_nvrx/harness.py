@@ -59,6 +59,7 @@ class Scenario:
     max_no_progress_cycles: int = 3
     static_progress: bool = False  # the iteration file never advances (the no-restart demo)
     storage_check: bool = False  # each launcher checks its own admit file before a rendezvous
+    section_timeouts: str = SECTION_TIMEOUTS  # for the worker that opens sections (ddp)
     train_iters: int = 80
     # Seconds between the first MIN launchers and the rest: a spare started late is sure to
     # be the standby (started together, any of them may be).
@@ -121,6 +122,17 @@ SCENARIOS = {
         worker="ddp",
         train_iters=100,
         spare_after=3.0,
+        events_after_checkpoint=True,
+    ),
+    "hang-caught-by-section-timeout": Scenario(
+        "2 launchers, DDP workers, a 5 s timeout on the step section; rank 1's worker is "
+        "stopped (SIGSTOP) 1 s after the first checkpoint: its step section stays open, the "
+        "rank monitor ends it, the group restarts in-job and trains to the end",
+        count=2,
+        nnodes="2:2",
+        events=[(1.0, "stop-worker", 1)],
+        worker="ddp",
+        section_timeouts="setup:900,step:5,checkpointing:300",
         events_after_checkpoint=True,
     ),
 }
@@ -207,12 +219,15 @@ def tagged(token: str) -> list[int]:
     return found
 
 
-def describe(pid: int) -> str:
+def argv_of(pid: int) -> list[str]:
     try:
-        cmd = (Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")).decode()
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
-        cmd = "?"
-    return f"{pid} {cmd.strip()[:120]}"
+        return ["?"]
+
+
+def describe(pid: int) -> str:
+    return f"{pid} {' '.join(argv_of(pid)).strip()[:120]}"
 
 
 @contextlib.contextmanager
@@ -260,7 +275,7 @@ def launcher_argv(
         "--ft-enable-nic-healthcheck", "false",
     ]  # fmt: skip
     if sc.worker == "ddp":
-        argv += ["--ft-rank-section-timeouts", SECTION_TIMEOUTS,
+        argv += ["--ft-rank-section-timeouts", sc.section_timeouts,
                  "--ft-rank-out-of-section-timeout", "90"]  # fmt: skip
     if sc.storage_check:
         argv.append(f"--ft-storage-health-check-path={run / 'drain' / f'admit.{index}'}")
@@ -360,6 +375,13 @@ def drive(
             _, what, index = pending.pop(0)
             if what == "kill-tree":
                 kill_tree(procs[index].pid)
+            elif what == "stop-worker":  # a hung rank: alive, silent, its sockets open
+                worker = str(WORKERS[sc.worker])
+                for pid in tree(procs[index].pid):
+                    # `python3 -u SCRIPT ...`: the launchers name SCRIPT too, further on.
+                    if worker in argv_of(pid)[:3]:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGSTOP)
             elif what == "remove-admit":
                 (run / "drain" / f"admit.{index}").unlink()
             done.append(

@@ -77,3 +77,17 @@ def test_no_progress_ends_every_launcher_the_spare_too_with_exit_93(
     assert run.exit_codes == [93, 93, 93]
     assert run.left_behind == []
     assert "EARLY TERMINATION" in (run.dir / "logs" / "nvrx.log").read_text()
+
+
+def test_a_hung_ddp_rank_is_caught_by_its_step_section_timeout_and_the_group_restarts(
+    ft_launcher: Path, run_dir: Path
+) -> None:
+    sc = SCENARIOS["hang-caught-by-section-timeout"]
+    run = run_scenario(sc, ft_launcher, run_dir)
+
+    assert run.exit_codes == [0, 0]
+    assert run.left_behind == []
+    assert cycle_numbers(run) == [0, 1]
+    # The worker's sections reached NVRx's rank monitor, which ended the silent rank.
+    assert "Section 'step' has been open for" in (run.dir / "logs" / "nvrx.log").read_text()
+    assert checkpointed(run) == sc.train_iters
