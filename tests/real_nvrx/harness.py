@@ -32,6 +32,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .processes import TOKEN_VAR, argv_of, kill_tree, left_behind, tree
+
 REPO = Path(__file__).resolve().parents[2]
 STAND_IN = REPO / "examples" / "rehearsal" / "ft_launcher.py"
 WORKERS = {
@@ -40,7 +42,6 @@ WORKERS = {
 }
 LOCK_FILE = Path("/tmp/nvrx-real-launcher.lock")
 ARRAY_JOB = 7300  # the imitated chain's array job id
-TOKEN_VAR = "NVRX_REAL_RUN_TOKEN"
 # The generation script's section timeouts, for the worker that opens those sections.
 SECTION_TIMEOUTS = "setup:900,step:60,checkpointing:300"
 
@@ -157,77 +158,6 @@ def free_ports(count: int) -> list[int]:
         for s in socks:
             s.bind(("127.0.0.1", 0))
         return [int(s.getsockname()[1]) for s in socks]
-
-
-# ----------------------------------------------------------------------------
-# Processes, by PID, from /proc.
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, ...
-
-
-def parents() -> dict[int, int]:
-    """Every live process's parent."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (fields := _stat_fields(int(entry.name))):
-            found[int(entry.name)] = int(fields[1])
-    return found
-
-
-def tree(pid: int) -> list[int]:
-    """PID and every process under it, parents first."""
-    children: dict[int, list[int]] = {}
-    for child, parent in parents().items():
-        children.setdefault(parent, []).append(child)
-    order, todo = [], [pid]
-    while todo:
-        current = todo.pop(0)
-        order.append(current)
-        todo.extend(children.get(current, []))
-    return order
-
-
-def kill(pids: list[int]) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def kill_tree(pid: int) -> None:
-    """SIGKILL a launcher and every process under it: a node that dies. Twice, for a child
-    started while the first pass read /proc."""
-    for _ in range(2):
-        kill(tree(pid))
-
-
-def tagged(token: str) -> list[int]:
-    """Live processes whose environment carries the run's token (zombies have none)."""
-    needle = f"{TOKEN_VAR}={token}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        with contextlib.suppress(OSError):
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(int(entry.name))
-    return found
-
-
-def argv_of(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return ["?"]
-
-
-def describe(pid: int) -> str:
-    return f"{pid} {' '.join(argv_of(pid)).strip()[:120]}"
 
 
 @contextlib.contextmanager
@@ -389,14 +319,3 @@ def drive(
             )
         time.sleep(0.2)
     return done, [i for i, p in enumerate(procs) if p.poll() is None]
-
-
-def left_behind(token: str, grace: float = 5.0) -> list[str]:
-    """The run's processes still alive GRACE seconds after its launchers ended (orphans of a
-    killed launcher, a worker that ignored its launcher's end), each then SIGKILLed."""
-    deadline = time.monotonic() + grace
-    while (alive := tagged(token)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    found = [describe(pid) for pid in alive]
-    kill(alive)
-    return found

@@ -11,7 +11,7 @@ import time
 import uuid
 from pathlib import Path
 
-from .harness import TOKEN_VAR, kill_tree, left_behind, tagged, tree
+from .processes import TOKEN_VAR, kill_tree, left_behind, tagged, tree
 
 # A stand-in "launcher": starts a "worker" in a new session, prints its pid, then waits.
 LAUNCHER = """
