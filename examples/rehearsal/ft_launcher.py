@@ -45,6 +45,7 @@ VALUE_FLAGS = (
     "--nproc-per-node",
     "--rdzv-id",
     "--rdzv-endpoint",
+    "--rdzv-backend",
     "--rdzv-conf",
     "--max-restarts",
     "--ft-cycle-info-dir",
@@ -272,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated absolute paths that must exist before each rendezvous",
     )
     for unused in (
+        "--rdzv-backend",  # NVRx's default and the generation script's is c10d: a file here
         "--ft-rank-section-timeouts",
         "--ft-rank-out-of-section-timeout",
         "--ft-node-health-check-endpoint",

@@ -7,7 +7,6 @@ into a failure: CI must never pass by skipping them.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -15,11 +14,7 @@ from pathlib import Path
 
 import pytest
 
-DEFAULT_VENV = Path("/var/lib/nvrx-ft/venv")
-
-
-def real_launcher() -> Path:
-    return Path(os.environ.get("NVRX_FT_VENV") or DEFAULT_VENV) / "bin" / "ft_launcher"
+from .harness import missing_launcher, real_launcher, required
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -30,19 +25,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if here in Path(str(item.fspath)).parents
         and "ft_launcher" in getattr(item, "fixturenames", ())
     ]
-    if not ours or os.access(real_launcher(), os.X_OK):
+    why = missing_launcher()
+    if not ours or why is None:
         return
-    if os.environ.get("NVRX_REQUIRE_REAL_NVRX") == "1":
-        raise pytest.UsageError(
-            f"NVRX_REQUIRE_REAL_NVRX=1 but {real_launcher()} is not installed "
-            "(run deploy/real-nvrx/install)"
-        )
-    skip = pytest.mark.skip(
-        reason=f"NVRx's ft_launcher is not installed at {real_launcher()} "
-        "(run deploy/real-nvrx/install, or set NVRX_FT_VENV)"
-    )
+    if required():
+        raise pytest.UsageError(f"NVRX_REQUIRE_REAL_NVRX=1 but {why}")
     for item in ours:
-        item.add_marker(skip)
+        item.add_marker(pytest.mark.skip(reason=why))
 
 
 @pytest.fixture

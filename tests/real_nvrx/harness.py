@@ -160,6 +160,30 @@ def free_ports(count: int) -> list[int]:
         return [int(s.getsockname()[1]) for s in socks]
 
 
+DEFAULT_VENV = Path("/var/lib/nvrx-ft/venv")  # deploy/real-nvrx/install's
+
+
+def real_launcher() -> Path:
+    """NVRx's ft_launcher as deploy/real-nvrx/install puts it ($NVRX_FT_VENV)."""
+    return Path(os.environ.get("NVRX_FT_VENV") or DEFAULT_VENV) / "bin" / "ft_launcher"
+
+
+def missing_launcher() -> str | None:
+    """Why the real-launcher tests cannot run here (None: they can). Under
+    NVRX_REQUIRE_REAL_NVRX=1 (CI) the caller fails instead of skipping: CI must never pass by
+    skipping them."""
+    if os.access(real_launcher(), os.X_OK):
+        return None
+    return (
+        f"NVRx's ft_launcher is not installed at {real_launcher()} "
+        "(run deploy/real-nvrx/install, or set NVRX_FT_VENV)"
+    )
+
+
+def required() -> bool:
+    return os.environ.get("NVRX_REQUIRE_REAL_NVRX") == "1"
+
+
 @contextlib.contextmanager
 def real_launcher_lock() -> Iterator[None]:
     """The machine-wide lock every run of the real launcher holds (one scenario at a time)."""

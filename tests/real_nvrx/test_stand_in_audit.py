@@ -72,3 +72,17 @@ def test_the_stand_in_writes_what_nvrx_s_launcher_wrote_in_the_same_scenario(
     assert "Worker group FAILED. 3/3 attempts left; will restart worker group" in real_log
     assert all((RECORDED / "logs" / f"launcher{i}.console").stat().st_size == 0 for i in (0, 1))
     assert all((run_dir / "logs" / f"launcher{i}.console").stat().st_size > 0 for i in (0, 1))
+
+
+def test_the_stand_in_takes_every_command_line_nvrx_s_launcher_was_run_with() -> None:
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("rehearsal_ft_launcher", STAND_IN)
+    assert spec is not None and spec.loader is not None
+    stand_in = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = stand_in  # its dataclasses look their module up
+    spec.loader.exec_module(stand_in)
+    for scenario in sorted((REPO / "tests" / "data" / "real-nvrx").glob("*/scenario.json")):
+        for argv in json.loads(scenario.read_text())["argv"]:
+            stand_in.parse_config(argv[1:])  # --rdzv-backend c10d included

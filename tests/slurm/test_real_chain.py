@@ -10,7 +10,6 @@ scenario on the machine at a time), trains for seconds, and leaves no job behind
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -27,11 +26,10 @@ import pytest
 
 from nvrx.slurm import JobState, QueueRow, Slurm
 
+from ..real_nvrx.harness import missing_launcher, real_launcher, real_launcher_lock, required
 from .conftest import REPO, wait_for
 
-FT_VENV = Path(os.environ.get("NVRX_FT_VENV") or "/var/lib/nvrx-ft/venv")
-FT_LAUNCHER = FT_VENV / "bin" / "ft_launcher"
-LOCK = Path("/tmp/nvrx-real-launcher.lock")
+FT_LAUNCHER = real_launcher()
 WORKER = REPO / "examples" / "rehearsal" / "worker.py"
 # Ranks that talk to each other (gloo all-reduce): a dead node is noticed by its peers.
 DDP_WORKER = REPO / "examples" / "rehearsal" / "ddp_worker.py"
@@ -39,20 +37,16 @@ RESTART_LINE = re.compile(r"Worker group (FAILED|UNHEALTHY)\. \d+/\d+ attempts l
 
 
 @pytest.fixture(autouse=True)
-def real_launcher_lock() -> Iterator[None]:
+def held_alone() -> Iterator[None]:
     """The real launcher, held alone: every other run of it on this machine waits (and this
     test waits for theirs)."""
-    if not os.access(FT_LAUNCHER, os.X_OK):
-        message = f"NVRx's ft_launcher is not installed at {FT_LAUNCHER} (deploy/real-nvrx/install)"
-        if os.environ.get("NVRX_REQUIRE_REAL_NVRX") == "1":
-            pytest.fail(f"NVRX_REQUIRE_REAL_NVRX=1 but {message}")
-        pytest.skip(message)
-    with LOCK.open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    why = missing_launcher()
+    if why is not None:
+        if required():
+            pytest.fail(f"NVRX_REQUIRE_REAL_NVRX=1 but {why}")
+        pytest.skip(why)
+    with real_launcher_lock():
+        yield
 
 
 def rehearsal_config(path: Path, worker: Path = WORKER) -> Path:
@@ -123,7 +117,7 @@ def run_nvrx(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def chains(shared_dir: Path, slurm: Slurm, real_launcher_lock: None) -> Iterator[Chains]:
+def chains(shared_dir: Path, slurm: Slurm, held_alone: None) -> Iterator[Chains]:
     made = Chains(shared_dir, slurm)
     try:
         yield made
@@ -348,16 +342,9 @@ def kill_task_processes(job_id: str) -> int:
     return killed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs ranks that talk to each other (examples/rehearsal/ddp_worker.py, not in "
-    "the repository yet): with worker.py's independent ranks the survivors train on and the "
-    "hot spare is never called",
-)
 def test_a_hot_spare_takes_the_place_of_a_node_whose_whole_process_tree_was_killed(
     chains: Chains, slurm: Slurm
 ) -> None:
-    assert DDP_WORKER.exists(), f"{DDP_WORKER} is not there yet"
     work, (generation,) = chains.submit(
         "killed", "-K", "1", "--train-tasks", "2", "--hot-spares", "1", "--cold-spares", "0",
         worker=DDP_WORKER,
