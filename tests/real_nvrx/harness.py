@@ -98,8 +98,9 @@ SCENARIOS = {
     ),
     "storage-check-node-leaves": Scenario(
         "3 launchers for 2 nodes; launcher 1's storage-check path is removed at 6 s and rank 0 "
-        "raises at 8 s: at the next rendezvous launcher 1 fails its check and leaves (exit 1), "
-        "the spare takes its place",
+        "raises at 8 s: at the next rendezvous launcher 1 fails its check and leaves (exit 1); "
+        "whichever launchers held ranks 0 and 1 train on (in the recording launcher 1 was the "
+        "standby: it joined after round 0 closed)",
         count=3,
         nnodes="2:3",
         fault={
