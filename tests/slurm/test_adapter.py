@@ -230,7 +230,11 @@ def test_a_bad_partition_is_a_policy_error_not_retried(slurm: Slurm, job_name: s
 
 
 def test_sinfo_counts_the_nodes_a_running_job_takes_away(slurm: Slurm, job_name: str) -> None:
-    before = slurm.partition_nodes()
+    # From a partition at rest: a node the previous test's job still holds (completing) would
+    # be freed meanwhile and hide one of the two this job takes.
+    before = wait_for(
+        lambda: (p := slurm.partition_nodes()).idle == p.total and p, what="every node idle"
+    )
     assert before.partition == "main" and before.total == 8
     sub = slurm.submit(
         SubmitOptions(job_name=job_name, nodes=2, exclusive=True, mem="0"), wrap="sleep 60"

@@ -318,10 +318,8 @@ def test_a_drained_nodes_task_leaves_at_its_next_rendezvous_and_a_spare_takes_it
     assert not [r for r in rows if r.task_id == 1 and r.state.is_live]
 
 
-def kill_task_processes(job_id: str) -> int:
-    """SIGKILL every process of the task's launcher step (the launcher, its log server, its
-    workers, which torchelastic starts in sessions of their own): what a dead node leaves."""
-    killed = 0
+def step_processes() -> Iterator[tuple[int, dict[str, str]]]:
+    """Every process of a launcher step (step 0) on this machine, with its environment."""
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -333,9 +331,27 @@ def kill_task_processes(job_id: str) -> int:
             )
         except OSError:
             continue
-        if env.get("SLURM_JOB_ID") == job_id and env.get("SLURM_STEP_ID") == "0":
+        if env.get("SLURM_STEP_ID") == "0":
+            yield int(proc.name), env
+
+
+def task_training_rank(generation: str, rank: int) -> str | None:
+    """The job id of the generation's array task whose node trains `rank` (which task that is
+    depends on the order the launchers joined in, not on the task ids)."""
+    for _, env in step_processes():
+        if env.get("SLURM_ARRAY_JOB_ID") == generation and env.get("RANK") == str(rank):
+            return env.get("SLURM_JOB_ID")
+    return None
+
+
+def kill_task_processes(job_id: str) -> int:
+    """SIGKILL every process of the task's launcher step (the launcher, its log server, its
+    workers, which torchelastic starts in sessions of their own): what a dead node leaves."""
+    killed = 0
+    for pid, env in step_processes():
+        if env.get("SLURM_JOB_ID") == job_id:
             try:
-                os.kill(int(proc.name), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
                 killed += 1
             except ProcessLookupError:
                 pass
@@ -350,8 +366,9 @@ def test_a_hot_spare_takes_the_place_of_a_node_whose_whole_process_tree_was_kill
         worker=DDP_WORKER,
     )  # fmt: skip
     wait_for(lambda: cycle_info(work, generation, 0), what="cycle 0")
-    (task1,) = [r for r in slurm.queue([generation]) if r.task_id == 1]
-    assert kill_task_processes(task1.job_id) > 0
+    # The node that trains rank 1, whichever task joined for it (the standby trains nothing).
+    victim = wait_for(lambda: task_training_rank(generation, 1), what="rank 1's worker")
+    assert kill_task_processes(victim) > 0
     wait_for(lambda: cycle_info(work, generation, 1), timeout=180, what="cycle 1 with the spare")
 
     def both_ranks_train_in_cycle_1() -> bool:
