@@ -6,6 +6,7 @@ which turns a missing cluster into a failure: CI must never pass by skipping the
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from nvrx.config import SlurmSettings
-from nvrx.slurm import Slurm
+from nvrx.slurm import QueueRow, Slurm
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_SLURM = REPO / "deploy" / "local-slurm"
@@ -106,3 +107,18 @@ def local_slurm(*args: str) -> None:
 def _job_output_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """sbatch writes slurm-N.out into the submit directory: keep it out of the checkout."""
     monkeypatch.chdir(tmp_path)
+
+
+def live(rows: list[QueueRow]) -> list[QueueRow]:
+    """The rows Slurm still runs or queues."""
+    return [r for r in rows if r.state.is_live]
+
+
+def cycle_info(work: Path, generation: str, cycle: int) -> dict[str, Any] | None:
+    """A chain generation's cycle-info file of `cycle` (attempt 0), None until it is readable."""
+    path = work / "nvrx" / generation / "cycle_infos" / f"cycle_info.{generation}.0.{cycle}"
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data

@@ -24,7 +24,7 @@ from nvrx.chain.manifest import read_manifest
 from nvrx.slurm import JobState, QueueRow, Slurm
 from nvrx.slurm.hostlist import expand as expand_hosts
 
-from .conftest import REPO, wait_for
+from .conftest import REPO, cycle_info, live, wait_for
 
 REHEARSAL = REPO / "examples" / "rehearsal" / "nvrx.yaml"
 NO_FAULTS = [
@@ -85,19 +85,6 @@ def submit(
     assert proc.returncode == 0, proc.stderr
     doc: dict[str, Any] = json.loads(proc.stdout)
     return doc
-
-
-def live(rows: list[QueueRow]) -> list[QueueRow]:
-    return [r for r in rows if r.state.is_live]
-
-
-def cycle_info(work: Path, generation: str, cycle: int) -> dict[str, Any] | None:
-    path = work / "nvrx" / generation / "cycle_infos" / f"cycle_info.{generation}.0.{cycle}"
-    try:
-        data: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return data
 
 
 def test_a_chain_is_k_generations_of_one_singleton_array(slurm: Slurm, work_root: Path) -> None:

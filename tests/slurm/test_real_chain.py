@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from nvrx.slurm import JobState, QueueRow, Slurm
+from nvrx.slurm import JobState, Slurm
 
 from ..real_nvrx.harness import missing_launcher, real_launcher, real_launcher_lock, required
-from .conftest import REPO, wait_for
+from .conftest import REPO, cycle_info, live, wait_for
 
 FT_LAUNCHER = real_launcher()
 WORKER = REPO / "examples" / "rehearsal" / "worker.py"
@@ -126,19 +126,6 @@ def chains(shared_dir: Path, slurm: Slurm, held_alone: None) -> Iterator[Chains]
         ids = made.job_ids()
         if ids:
             wait_for(lambda: not live(slurm.queue(ids)), timeout=120, what="no job left")
-
-
-def live(rows: list[QueueRow]) -> list[QueueRow]:
-    return [r for r in rows if r.state.is_live]
-
-
-def cycle_info(work: Path, generation: str, cycle: int) -> dict[str, Any] | None:
-    path = work / "nvrx" / generation / "cycle_infos" / f"cycle_info.{generation}.0.{cycle}"
-    try:
-        data: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return data
 
 
 def launcher_log(work: Path, generation: str) -> str:
